@@ -1,0 +1,132 @@
+/* params.h — every tunable parameter of spikestream, with documented defaults.
+ *
+ * One JSON file sets any subset ({"detect": {"strong_std": 5}}); unknown keys, wrong types and
+ * out-of-range values are rejected with their JSON path. The table in params_table.c is the single
+ * source of names, defaults, ranges and documentation: `spikestream params --defaults` and
+ * `params --doc` print from it. This module is the only place that parses JSON (DESIGN §3). */
+#ifndef SS_PARAMS_H
+#define SS_PARAMS_H
+
+#include <stdint.h>
+
+#include "src/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { SS_POLARITY_NEGATIVE = 0, SS_POLARITY_POSITIVE, SS_POLARITY_BOTH } ss_polarity;
+typedef enum { SS_CMR_NONE = 0, SS_CMR_MEDIAN } ss_common_ref;
+typedef enum { SS_NOISE_PER_CHANNEL = 0, SS_NOISE_POOLED } ss_noise_mode;
+typedef enum { SS_EM_START_MASKS = 0, SS_EM_START_KMEANS, SS_EM_START_CLU } ss_em_start;
+typedef enum { SS_EM_PRESET_DEFAULT = 0, SS_EM_PRESET_FAST } ss_em_preset;
+typedef enum { SS_KNN_AUTO = 0, SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP } ss_knn_strategy;
+typedef enum { SS_KMEANS_INIT_PP = 0, SS_KMEANS_INIT_RANDOM } ss_kmeans_init;
+typedef enum { SS_LIVE_ASSIGN_CENTROID = 0, SS_LIVE_ASSIGN_KNN } ss_live_assign;
+
+typedef struct {
+  int64_t seed;
+  struct {
+    double chunk_s;
+    double margin_ms;
+  } io;
+  struct {
+    double low_hz;
+    double high_nyquist_fraction;
+    int64_t order;
+    int common_reference; /* ss_common_ref */
+  } filter;
+  struct {
+    int noise; /* ss_noise_mode */
+    int64_t n_excerpts;
+    double excerpt_s;
+    double weak_std;
+    double strong_std;
+    int polarity; /* ss_polarity */
+    int64_t join_size;
+  } detect;
+  struct {
+    double adjacency_radius_um;
+  } probe;
+  struct {
+    double before_ms;
+    double after_ms;
+    double reference_rate_hz;
+  } waveform;
+  struct {
+    int64_t n_pcs;
+    int64_t pca_max_spikes;
+  } features;
+  struct {
+    double prior_point;
+    double noise_point;
+    double points_for_cluster_mask;
+    double penalty_k;
+    double penalty_k_log_n;
+    int64_t max_deletions_per_iteration;
+    int64_t split_first;
+    int64_t split_every;
+    int64_t max_possible_clusters;
+    int64_t num_starting_clusters;
+    int start; /* ss_em_start */
+    int64_t max_iterations;
+    int preset; /* ss_em_preset */
+    int quick_steps;
+    double dist_thresh;
+    int64_t drop_last_n_features;
+    double noise_var_floor_rel;
+    double noise_var_floor_abs;
+    double fast_change_fraction;
+    double fast_score_delta;
+    int64_t fast_starting_clusters;
+  } mask_em;
+  struct {
+    int enabled;
+    double waveform_corr;
+    double refractory_ms;
+    double max_violation_increase;
+  } merge;
+  struct {
+    int64_t k;
+    int strategy; /* ss_knn_strategy */
+    int64_t query_tile;
+    int64_t ref_tile;
+  } knn;
+  struct {
+    int64_t k;
+    int init; /* ss_kmeans_init */
+    int64_t max_iterations;
+    double tol_change_fraction;
+  } kmeans;
+  struct {
+    double block_ms;
+    double train_seconds;
+    double refit_every_s;
+    int assign; /* ss_live_assign */
+    double stats_every_s;
+  } live;
+} ss_params;
+
+/* Fill every field with its documented default. */
+void ss_params_defaults(ss_params *p);
+/* Overlay a JSON document on *p (start from ss_params_defaults). Reports every problem, one line
+ * each, prefixed with `origin` (a file name), and fails with SS_ERR_INPUT if there was any. */
+ss_status ss_params_apply_json(ss_ctx *ctx, const char *json, const char *origin, ss_params *p);
+/* Defaults, then the file's contents. */
+ss_status ss_params_load_file(ss_ctx *ctx, const char *path, ss_params *p);
+/* Set one field by its dotted path from text ("detect.weak_std", "3"); used for --param overrides. */
+ss_status ss_params_set(ss_ctx *ctx, ss_params *p, const char *path, const char *value);
+/* Relations between fields (weak < strong, ...); reports every violated one. */
+ss_status ss_params_validate(ss_ctx *ctx, const ss_params *p);
+/* The whole parameter set as a JSON document (malloc'd; free() it). NULL when out of memory. */
+char *ss_params_to_json(const ss_params *p);
+/* Markdown reference of every parameter (malloc'd; free() it). */
+char *ss_params_doc_markdown(void);
+
+/* Read a whole text file into a NUL-terminated buffer (malloc'd), with a clear error. */
+ss_status ss_read_text_file(ss_ctx *ctx, const char *path, size_t max_bytes, char **out, size_t *len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

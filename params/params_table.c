@@ -1,0 +1,127 @@
+/* params_table.c — names, defaults, ranges and documentation of every parameter.
+ *
+ * Defaults follow Klusta/SpikeDetekt and KlustaKwik (DESIGN §8, MASKED_EM.md §4–6). Add a field to
+ * ss_params and a row here; nothing else needs to change for it to be loaded, validated, printed
+ * and documented. */
+#include "params/params_table.h"
+
+#include <math.h>
+
+#include "params/params.h"
+
+#define OFF(field) offsetof(ss_params, field)
+#define NUM(path, field, def, lo, hi, lo_open, hi_open, doc) \
+  {path, SS_PT_NUMBER, OFF(field), def, lo, hi, lo_open, hi_open, NULL, doc}
+#define INT(path, field, def, lo, hi, doc) {path, SS_PT_INT, OFF(field), def, lo, hi, 0, 0, NULL, doc}
+#define BOOL(path, field, def, doc) {path, SS_PT_BOOL, OFF(field), def, 0, 1, 0, 0, NULL, doc}
+#define ENUM(path, field, def, opts, doc) {path, SS_PT_ENUM, OFF(field), def, 0, 0, 0, 0, opts, doc}
+#define INF INFINITY
+#define I64_MAX 9.0e15 /* largest integer a JSON double carries exactly, rounded down */
+
+static const char *const polarity_opts[] = {"negative", "positive", "both", NULL};
+static const char *const cmr_opts[] = {"none", "median", NULL};
+static const char *const noise_opts[] = {"per_channel", "pooled", NULL};
+static const char *const em_start_opts[] = {"mask_patterns", "kmeans", "clu", NULL};
+static const char *const em_preset_opts[] = {"default", "fast", NULL};
+static const char *const knn_strategy_opts[] = {"auto", "kmin", "bitonic", "warp", NULL};
+static const char *const kmeans_init_opts[] = {"kmeanspp", "random", NULL};
+static const char *const live_assign_opts[] = {"centroid", "knn", NULL};
+
+const ss_param_spec ss_param_table[] = {
+    INT("seed", seed, 1, 0, I64_MAX, "Seed of every random choice (counter-based generator)."),
+
+    NUM("io.chunk_s", io.chunk_s, 1.0, 0, 3600, 1, 0, "Chunk length in seconds streamed through the pipeline."),
+    NUM("io.margin_ms", io.margin_ms, 15.0, 0, 10000, 0, 0,
+        "Margin on each side of a chunk, so filtering and detection see no seams (Klusta: 15 ms)."),
+
+    NUM("filter.low_hz", filter.low_hz, 500.0, 0, INF, 1, 0, "Band-pass low corner in Hz."),
+    NUM("filter.high_nyquist_fraction", filter.high_nyquist_fraction, 0.95, 0, 1, 1, 1,
+        "Band-pass high corner as a fraction of the Nyquist frequency."),
+    INT("filter.order", filter.order, 3, 1, 8, "Butterworth order of each band edge."),
+    ENUM("filter.common_reference", filter.common_reference, SS_CMR_NONE, cmr_opts,
+         "Common reference subtracted across channels after filtering."),
+
+    ENUM("detect.noise", detect.noise, SS_NOISE_PER_CHANNEL, noise_opts,
+         "Noise level per channel, or one pooled over all channels."),
+    INT("detect.n_excerpts", detect.n_excerpts, 50, 1, 100000, "Excerpts used to estimate the noise level."),
+    NUM("detect.excerpt_s", detect.excerpt_s, 1.0, 0, 3600, 1, 0, "Length of each noise excerpt in seconds."),
+    NUM("detect.weak_std", detect.weak_std, 2.0, 0, INF, 1, 0,
+        "Weak threshold in noise standard deviations (median(|x|)/0.6745)."),
+    NUM("detect.strong_std", detect.strong_std, 4.5, 0, INF, 1, 0, "Strong threshold in noise standard deviations."),
+    ENUM("detect.polarity", detect.polarity, SS_POLARITY_NEGATIVE, polarity_opts, "Sign of the spikes to detect."),
+    INT("detect.join_size", detect.join_size, 1, 0, 1000,
+        "Samples apart that threshold crossings on adjacent channels may be and still join."),
+
+    NUM("probe.adjacency_radius_um", probe.adjacency_radius_um, 40.0, 0, INF, 1, 0,
+        "Contacts closer than this are adjacent when the probe gives no adjacency list."),
+
+    NUM("waveform.before_ms", waveform.before_ms, 0.5, 0, 100, 1, 0, "Waveform window before the peak, in ms."),
+    NUM("waveform.after_ms", waveform.after_ms, 0.5, 0, 100, 1, 0, "Waveform window after the peak, in ms."),
+    NUM("waveform.reference_rate_hz", waveform.reference_rate_hz, 20000.0, 0, INF, 1, 0,
+        "Rate at which the window is 10+10 samples (Klusta); other rates scale the sample counts."),
+
+    INT("features.n_pcs", features.n_pcs, 3, 1, 16, "Principal components per channel."),
+    INT("features.pca_max_spikes", features.pca_max_spikes, 10000, 10, I64_MAX,
+        "Most spikes used to fit the PCA basis (chosen from the seed)."),
+
+    NUM("mask_em.prior_point", mask_em.prior_point, 1.0, 0, INF, 0, 0, "Pseudo-count P of every Gaussian cluster."),
+    NUM("mask_em.noise_point", mask_em.noise_point, 1.0, 0, INF, 0, 0, "Pseudo-count Q of the noise cluster."),
+    NUM("mask_em.points_for_cluster_mask", mask_em.points_for_cluster_mask, 100.0, 0, INF, 0, 0,
+        "Summed mask T at which a feature joins a cluster's dense covariance block."),
+    NUM("mask_em.penalty_k", mask_em.penalty_k, 0.0, 0, INF, 0, 0, "AIC-style penalty weight."),
+    NUM("mask_em.penalty_k_log_n", mask_em.penalty_k_log_n, 1.0, 0, INF, 0, 0, "BIC-style penalty weight."),
+    INT("mask_em.max_deletions_per_iteration", mask_em.max_deletions_per_iteration, 1, 0, 100000,
+        "Cluster deletions per iteration (>1 is faster and changes results)."),
+    INT("mask_em.split_first", mask_em.split_first, 20, 0, I64_MAX, "Iteration of the first split round."),
+    INT("mask_em.split_every", mask_em.split_every, 40, 1, I64_MAX, "Iterations between split rounds."),
+    INT("mask_em.max_possible_clusters", mask_em.max_possible_clusters, 1000, 2, 1000000,
+        "No splits once this many clusters (minus one) exist."),
+    INT("mask_em.num_starting_clusters", mask_em.num_starting_clusters, 500, 2, 1000000,
+        "Starting clusters, noise included."),
+    ENUM("mask_em.start", mask_em.start, SS_EM_START_MASKS, em_start_opts, "How clusters start."),
+    INT("mask_em.max_iterations", mask_em.max_iterations, 1000, 1, I64_MAX, "Iteration cap."),
+    ENUM("mask_em.preset", mask_em.preset, SS_EM_PRESET_DEFAULT, em_preset_opts,
+         "\"fast\" stops early and starts from fewer clusters (the published GPU settings)."),
+    BOOL("mask_em.quick_steps", mask_em.quick_steps, 0, "Recompute only clusters near each point's best."),
+    NUM("mask_em.dist_thresh", mask_em.dist_thresh, 9.210340371976184, 0, INF, 1, 0,
+        "Quick-step distance: ln(1e4)."),
+    INT("mask_em.drop_last_n_features", mask_em.drop_last_n_features, 0, 0, 1000000,
+        "Trailing .fet columns to ignore (e.g. a time column)."),
+    NUM("mask_em.noise_var_floor_rel", mask_em.noise_var_floor_rel, 1e-6, 0, INF, 0, 0,
+        "Noise variance floor, relative to the feature's variance."),
+    NUM("mask_em.noise_var_floor_abs", mask_em.noise_var_floor_abs, 1e-12, 0, INF, 1, 0,
+        "Absolute noise variance floor."),
+    NUM("mask_em.fast_change_fraction", mask_em.fast_change_fraction, 0.05, 0, 1, 0, 0,
+        "fast preset: stop when fewer than this fraction of points changed."),
+    NUM("mask_em.fast_score_delta", mask_em.fast_score_delta, 0.01, 0, INF, 0, 0,
+        "fast preset: stop when the score changed by less than this."),
+    INT("mask_em.fast_starting_clusters", mask_em.fast_starting_clusters, 50, 2, 1000000,
+        "fast preset: starting clusters."),
+
+    BOOL("merge.enabled", merge.enabled, 1, "Merge over-split units after masked EM in `sort`."),
+    NUM("merge.waveform_corr", merge.waveform_corr, 0.9, -1, 1, 0, 0,
+        "Mean-waveform correlation on shared channels above which two units may merge."),
+    NUM("merge.refractory_ms", merge.refractory_ms, 1.5, 0, 1000, 0, 0, "Refractory period for violation counts."),
+    NUM("merge.max_violation_increase", merge.max_violation_increase, 0.005, 0, 1, 0, 0,
+        "Largest allowed rise of the refractory-violation fraction caused by a merge."),
+
+    INT("knn.k", knn.k, 10, 1, 100000, "Neighbours per query."),
+    ENUM("knn.strategy", knn.strategy, SS_KNN_AUTO, knn_strategy_opts,
+         "k-selection: auto (measured crossover), k-pass minimum, bitonic sort, warp queue."),
+    INT("knn.query_tile", knn.query_tile, 4096, 1, I64_MAX, "Queries per distance tile."),
+    INT("knn.ref_tile", knn.ref_tile, 65536, 1, I64_MAX, "References per distance tile."),
+
+    INT("kmeans.k", kmeans.k, 8, 1, I64_MAX, "Clusters."),
+    ENUM("kmeans.init", kmeans.init, SS_KMEANS_INIT_PP, kmeans_init_opts, "Initialisation."),
+    INT("kmeans.max_iterations", kmeans.max_iterations, 300, 1, I64_MAX, "Iteration cap."),
+    NUM("kmeans.tol_change_fraction", kmeans.tol_change_fraction, 0.0, 0, 1, 0, 0,
+        "Stop when at most this fraction of labels changed (0: only when none changed)."),
+
+    NUM("live.block_ms", live.block_ms, 1.0, 0, 10000, 1, 0, "Processing block length in ms."),
+    NUM("live.train_seconds", live.train_seconds, 60.0, 0, INF, 1, 0, "Seconds buffered to fit a model."),
+    NUM("live.refit_every_s", live.refit_every_s, 0.0, 0, INF, 0, 0, "Background refit period (0: never)."),
+    ENUM("live.assign", live.assign, SS_LIVE_ASSIGN_CENTROID, live_assign_opts, "Assignment of live spikes."),
+    NUM("live.stats_every_s", live.stats_every_s, 10.0, 0, INF, 0, 0, "Counter report period on stderr (0: at exit only)."),
+};
+
+const size_t ss_param_table_len = sizeof(ss_param_table) / sizeof(ss_param_table[0]);

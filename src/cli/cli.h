@@ -1,0 +1,42 @@
+/* cli.h — the command table and helpers shared by the `spikestream <command>` implementations.
+ *
+ * Each command lives in src/cli/cmd_<name>.c as `int ss_cmd_<name>(int argc, char **argv, ss_ctx *ctx)`
+ * returning the process exit code (DESIGN §5: 0 ok, 1 bad input, 2 usage, 3 runtime). */
+#ifndef SS_CLI_H
+#define SS_CLI_H
+
+#include <getopt.h>
+
+#include "src/status.h"
+
+typedef struct {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv, ss_ctx *ctx);
+} ss_command;
+
+int ss_cmd_info(int argc, char **argv, ss_ctx *ctx);
+int ss_cmd_params(int argc, char **argv, ss_ctx *ctx);
+int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx);
+
+/* Options every command accepts; handle with ss_cli_common_option() in the getopt loop. */
+#define SS_CLI_COMMON_LONGOPTS                         \
+  {"help", no_argument, NULL, 'h'},                    \
+  {"quiet", no_argument, NULL, 'q'},                   \
+  {"log-level", required_argument, NULL, 0x1001}
+#define SS_CLI_COMMON_SHORTOPTS "hq"
+#define SS_CLI_COMMON_HELP \
+  "  -h, --help             this help\n" \
+  "  -q, --quiet            no progress and no informational lines\n" \
+  "      --log-level L      error|warn|info|debug (default info)\n"
+
+/* Returns 1 when `opt` was a common option and was handled; sets *exit_code to a code >= 0 when
+ * the command must stop now (help printed: 0, bad value: 2). */
+int ss_cli_common_option(int opt, const char *usage, ss_ctx *ctx, int *exit_code);
+
+/* Print a usage problem ("spikestream CMD: ..." plus a hint) and return 2. */
+int ss_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Print the context's message lines for a failed status and return its exit code (0 for SS_OK). */
+int ss_cli_finish(const char *cmd, ss_ctx *ctx, ss_status st);
+
+#endif

@@ -1,0 +1,61 @@
+/* cmd_probe.c — `spikestream probe FILE`: load, validate and describe a probe. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "params/params.h"
+#include "params/probe.h"
+#include "src/cli/cli.h"
+
+static const char usage[] =
+    "usage: spikestream probe FILE [--radius UM] [--channels N] [options]\n\n"
+    "Load a probe (probeinterface or simple JSON), validate it and print each contact with its\n"
+    "position, shank and neighbours.\n\n"
+    "  --radius UM     adjacency radius when the file has no adjacency list (default: the\n"
+    "                  parameter probe.adjacency_radius_um)\n"
+    "  --channels N    also check the probe against a recording of N channels\n\noptions:\n" SS_CLI_COMMON_HELP;
+
+int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx) {
+  static const struct option longopts[] = {SS_CLI_COMMON_LONGOPTS,
+                                           {"radius", required_argument, NULL, 'r'},
+                                           {"channels", required_argument, NULL, 'n'},
+                                           {0, 0, 0, 0}};
+  ss_params p;
+  ss_params_defaults(&p);
+  double radius = p.probe.adjacency_radius_um;
+  int n_channels = 0, opt, code;
+  char *end = NULL;
+  while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS, longopts, NULL)) != -1) {
+    if (ss_cli_common_option(opt, usage, ctx, &code)) {
+      if (code >= 0) return code;
+      continue;
+    }
+    if (opt == 'r') {
+      radius = strtod(optarg, &end);
+      if (*end || !(radius > 0)) return ss_cli_usage_error("probe", "--radius: expected a number > 0, got \"%s\"", optarg);
+    } else if (opt == 'n') {
+      n_channels = (int)strtol(optarg, &end, 10);
+      if (*end || n_channels <= 0) return ss_cli_usage_error("probe", "--channels: expected an integer > 0, got \"%s\"", optarg);
+    } else {
+      return ss_cli_usage_error("probe", "unknown option");
+    }
+  }
+  if (optind != argc - 1) return ss_cli_usage_error("probe", "expected one probe file");
+
+  ss_probe probe;
+  ss_status st = ss_probe_load_file(ctx, argv[optind], radius, &probe);
+  if (st == SS_OK && n_channels > 0) st = ss_probe_check_recording(ctx, &probe, n_channels);
+  if (st != SS_OK) {
+    ss_probe_free(&probe);
+    return ss_cli_finish("probe", ctx, st);
+  }
+  printf("probe %s: %d contacts\n", probe.name, probe.n);
+  printf("%7s %7s %9s %9s %5s %9s  neighbours (channels)\n", "contact", "channel", "x_um", "y_um", "shank", "connected");
+  for (int i = 0; i < probe.n; i++) {
+    printf("%7d %7d %9.2f %9.2f %5d %9s ", i, probe.channel[i], probe.x[i], probe.y[i], probe.shank[i],
+           probe.connected[i] ? "yes" : "no");
+    for (int k = probe.adj_start[i]; k < probe.adj_start[i + 1]; k++) printf(" %d", probe.channel[probe.adj[k]]);
+    printf("\n");
+  }
+  ss_probe_free(&probe);
+  return 0;
+}

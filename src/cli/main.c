@@ -1,0 +1,96 @@
+/* main.c — `spikestream <command> [options]`: the command table and dispatch. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "src/cli/cli.h"
+#include "src/log.h"
+
+static const ss_command commands[] = {
+    {"info", "version, build options, backends and GPUs", ss_cmd_info},
+    {"params", "print the default parameters, check a parameter file, or document them", ss_cmd_params},
+    {"probe", "load a probe file, validate it and show its adjacency", ss_cmd_probe},
+};
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: spikestream <command> [options]\n\nGPU-accelerated multichannel spike sorting.\n\ncommands:\n");
+  for (size_t i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f, "\n`spikestream <command> --help` describes each command.\n"
+             "exit codes: 0 ok, 1 bad input, 2 usage, 3 runtime (device, memory)\n");
+}
+
+int ss_cli_common_option(int opt, const char *usage_text, ss_ctx *ctx, int *exit_code) {
+  *exit_code = -1;
+  switch (opt) {
+    case 'h':
+      fputs(usage_text, stdout);
+      *exit_code = 0;
+      return 1;
+    case 'q':
+      ctx->quiet = 1;
+      return 1;
+    case 0x1001: {
+      ss_log_level lv;
+      if (ss_log_level_parse(ctx, optarg, &lv) != SS_OK) {
+        fprintf(stderr, "spikestream: %s\n", ss_error_message(ctx));
+        *exit_code = 2;
+      } else {
+        ctx->log_level = lv;
+      }
+      return 1;
+    }
+    default: return 0;
+  }
+}
+
+int ss_cli_usage_error(const char *cmd, const char *fmt, ...) {
+  fprintf(stderr, "spikestream %s: ", cmd);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "\n(see `spikestream %s --help`)\n", cmd);
+  return 2;
+}
+
+int ss_cli_finish(const char *cmd, ss_ctx *ctx, ss_status st) {
+  if (st == SS_OK) return 0;
+  const char *msg = ss_error_message(ctx);
+  if (!*msg) msg = ss_strerror(st);
+  /* one line per problem, each naming the command */
+  const char *line = msg;
+  while (*line) {
+    const char *nl = strchr(line, '\n');
+    int len = nl ? (int)(nl - line) : (int)strlen(line);
+    fprintf(stderr, "spikestream %s: %.*s\n", cmd, len, line);
+    line += len + (nl ? 1 : 0);
+  }
+  return ss_status_exit_code(st);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    printf("spikestream %s (%s)\n", SS_VERSION, SS_GIT_COMMIT);
+    return 0;
+  }
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    if (strcmp(argv[1], commands[i].name) == 0) {
+      ss_ctx ctx;
+      ss_ctx_init(&ctx);
+      return commands[i].run(argc - 1, argv + 1, &ctx);
+    }
+  }
+  fprintf(stderr, "spikestream: unknown command \"%s\"\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,44 @@
+/* log.h — leveled log lines and a progress indicator on the context's stream (stderr by default).
+ *
+ * Progress is a redrawn bar when the stream is a TTY, a plain line every few seconds otherwise,
+ * and nothing with ctx->quiet. */
+#ifndef SS_LOG_H
+#define SS_LOG_H
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void ss_log(const ss_ctx *ctx, ss_log_level level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#define ss_log_error(ctx, ...) ss_log((ctx), SS_LOG_ERROR, __VA_ARGS__)
+#define ss_log_warn(ctx, ...) ss_log((ctx), SS_LOG_WARN, __VA_ARGS__)
+#define ss_log_info(ctx, ...) ss_log((ctx), SS_LOG_INFO, __VA_ARGS__)
+#define ss_log_debug(ctx, ...) ss_log((ctx), SS_LOG_DEBUG, __VA_ARGS__)
+
+/* Parse "error|warn|info|debug". */
+ss_status ss_log_level_parse(ss_ctx *ctx, const char *text, ss_log_level *out);
+
+typedef struct {
+  const ss_ctx *ctx;
+  char label[64];
+  double total;       /* units of work, e.g. seconds of recording */
+  double done;
+  double t_start;     /* monotonic seconds */
+  double t_last_draw;
+  int tty;
+  int active;
+} ss_progress;
+
+void ss_progress_start(ss_progress *p, const ss_ctx *ctx, const char *label, double total);
+void ss_progress_update(ss_progress *p, double done);
+void ss_progress_finish(ss_progress *p);
+
+/* Monotonic wall clock in seconds. */
+double ss_now(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

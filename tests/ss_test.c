@@ -1,0 +1,83 @@
+/* ss_test.c — shared test helpers (see ss_test.h). */
+#include "ss_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void ss_test_require_gpu(void) {
+  char why[256] = "";
+  if (ss_backend_gpu_count(why, sizeof(why)) > 0) return;
+  printf("skipped: no CUDA device (%s)\n", why);
+  fflush(stdout);
+  exit(SS_TEST_SKIP);
+}
+
+static char tmpdir[256];
+
+static void remove_tmpdir(void) {
+  if (!tmpdir[0]) return;
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+}
+
+const char *ss_test_tmpdir(void) {
+  if (!tmpdir[0]) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/sstest-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(tmpdir)) {
+      perror("mkdtemp");
+      exit(1);
+    }
+    atexit(remove_tmpdir);
+  }
+  return tmpdir;
+}
+
+void ss_test_path(char *buf, size_t len, const char *name) { snprintf(buf, len, "%s/%s", ss_test_tmpdir(), name); }
+
+const char *ss_test_write_file(const char *name, const char *text) {
+  static char paths[8][512];
+  static int slot;
+  char *path = paths[slot++ % 8];
+  ss_test_path(path, 512, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+    perror(path);
+    exit(1);
+  }
+  return path;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return strdup("");
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  size_t got = fread(buf, 1, (size_t)n, f);
+  buf[got] = '\0';
+  fclose(f);
+  return buf;
+}
+
+int ss_test_run_cli(const char *args, char **out, char **err) {
+  char out_path[512], err_path[512], cmd[4096];
+  ss_test_path(out_path, sizeof(out_path), "cli.out");
+  ss_test_path(err_path, sizeof(err_path), "cli.err");
+  snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s' </dev/null", SS_CLI_PATH, args, out_path, err_path);
+  int rc = system(cmd);
+  if (out) *out = slurp(out_path);
+  if (err) *err = slurp(err_path);
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+void ss_test_ctx(ss_ctx *ctx) {
+  ss_ctx_init(ctx);
+  ctx->quiet = 1;
+  ctx->log_level = SS_LOG_WARN;
+}

@@ -1,0 +1,34 @@
+/* ss_test.h — what the CMocka tests share: includes, GPU skipping, CLI runs, temp files. */
+#ifndef SS_TEST_H
+#define SS_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka.h must follow the includes above */
+#include <cmocka.h>
+
+#include "src/backend.h"
+#include "src/status.h"
+
+/* Exit code CTest counts as "skipped" (SKIP_RETURN_CODE). */
+#define SS_TEST_SKIP 77
+
+/* For GPU test programs: print "skipped: no CUDA device (...)" and exit 77 when there is none. */
+void ss_test_require_gpu(void);
+
+/* Run the spikestream binary with `args` (a shell-quoted string); capture stdout and stderr
+ * (malloc'd, NUL-terminated) and return the exit code. */
+int ss_test_run_cli(const char *args, char **out, char **err);
+
+/* A fresh private temporary directory (removed at exit) and a path inside it. */
+const char *ss_test_tmpdir(void);
+void ss_test_path(char *buf, size_t len, const char *name);
+/* Write `text` to a file in the temporary directory and return its path (static buffer per call slot). */
+const char *ss_test_write_file(const char *name, const char *text);
+
+/* ctx initialised quietly, for tests */
+void ss_test_ctx(ss_ctx *ctx);
+
+#endif

@@ -1,0 +1,111 @@
+/* test_cli.c — the command line: exit codes, --help everywhere, params --check, probe, info. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "ss_test.h"
+
+static int run(const char *args, char **out, char **err) { return ss_test_run_cli(args, out, err); }
+
+static void help_and_usage(void **state) {
+  (void)state;
+  char *out, *err;
+  assert_int_equal(run("--help", &out, &err), 0);
+  assert_non_null(strstr(out, "info"));
+  free(out), free(err);
+  assert_int_equal(run("", &out, &err), 2);
+  free(out), free(err);
+  assert_int_equal(run("frobnicate", &out, &err), 2);
+  assert_non_null(strstr(err, "unknown command \"frobnicate\""));
+  free(out), free(err);
+  const char *cmds[] = {"info", "params", "probe"};
+  for (int i = 0; i < 3; i++) {
+    char args[64];
+    snprintf(args, sizeof(args), "%s --help", cmds[i]);
+    assert_int_equal(run(args, &out, &err), 0);
+    assert_non_null(strstr(out, "usage: spikestream"));
+    free(out), free(err);
+    snprintf(args, sizeof(args), "%s --no-such-option", cmds[i]);
+    assert_int_equal(run(args, &out, &err), 2);
+    free(out), free(err);
+  }
+}
+
+static void params_check(void **state) {
+  (void)state;
+  char *out, *err, args[1024];
+  const char *bad = ss_test_write_file("bad.json", "{\"detect\": {\"strong_std\": \"x\", \"colour\": 1},"
+                                                    " \"filter\": {\"order\": 0}}");
+  snprintf(args, sizeof(args), "params --check '%s'", bad);
+  assert_int_equal(run(args, &out, &err), 1);
+  char expect[2048];
+  snprintf(expect, sizeof(expect),
+           "spikestream params: %s: detect.strong_std: expected a number > 0, got \"x\"\n"
+           "spikestream params: %s: detect.colour: unknown key\n"
+           "spikestream params: %s: filter.order: expected an integer in [1, 8], got 0\n",
+           bad, bad, bad);
+  assert_string_equal(err, expect);
+  free(out), free(err);
+
+  const char *good = ss_test_write_file("good.json", "{\"detect\": {\"strong_std\": 5}}");
+  snprintf(args, sizeof(args), "params --check '%s'", good);
+  assert_int_equal(run(args, &out, &err), 0);
+  free(out), free(err);
+
+  /* the printed defaults are themselves a valid file */
+  assert_int_equal(run("params --defaults", &out, &err), 0);
+  const char *defaults = ss_test_write_file("defaults.json", out);
+  free(out), free(err);
+  snprintf(args, sizeof(args), "params --check '%s'", defaults);
+  assert_int_equal(run(args, &out, &err), 0);
+  free(out), free(err);
+  assert_int_equal(run("params --check /nonexistent/p.json", &out, &err), 1);
+  assert_non_null(strstr(err, "cannot open"));
+  free(out), free(err);
+}
+
+static void probe_command(void **state) {
+  (void)state;
+  char *out, *err;
+  assert_int_equal(run("probe '" SS_SOURCE_DIR "/params/probes/two_column_32.json' --channels 32", &out, &err), 0);
+  assert_non_null(strstr(out, "32 contacts"));
+  free(out), free(err);
+  assert_int_equal(run("probe '" SS_SOURCE_DIR "/params/probes/tetrode.json' --channels 5", &out, &err), 1);
+  assert_string_equal(err, "spikestream probe: probe tetrode: has 4 channels, the recording 5\n");
+  free(out), free(err);
+}
+
+static void info_names_backend(void **state) {
+  (void)state;
+  char *out, *err;
+  assert_int_equal(run("info", &out, &err), 0);
+  char why[256];
+  if (ss_backend_gpu_count(why, sizeof(why)) == 0)
+    assert_non_null(strstr(out, "no CUDA device"));
+  else
+    assert_non_null(strstr(out, "compute capability"));
+  assert_non_null(strstr(out, "cpu backend:"));
+  free(out), free(err);
+}
+
+static void backend_selection_without_gpu(void **state) {
+  (void)state;
+  char why[256];
+  if (ss_backend_gpu_count(why, sizeof(why)) > 0) skip(); /* the GPU group covers that machine */
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend be;
+  assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_AUTO, 0, 1, &be), SS_OK);
+  assert_int_equal(be.kind, SS_DEVICE_CPU);
+  ss_status st = ss_backend_open(&ctx, SS_DEVICE_CUDA, 0, 1, &be);
+  assert_true(st == SS_ERR_DEVICE || st == SS_ERR_UNSUPPORTED);
+  assert_non_null(strstr(ss_error_message(&ctx), "--device cuda: no CUDA device available"));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(help_and_usage), cmocka_unit_test(params_check), cmocka_unit_test(probe_command),
+      cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
