@@ -1,0 +1,37 @@
+/* bench_common.h — what every benchmark program shares: a median-of-repeats timer and the JSON
+ * result document of DESIGN §10:
+ *   {"bench", "device", "date", "commit", "host", "cases": [...], "summary": {...}}
+ * Benchmarks measure; tests check. A benchmark never asserts a speed. */
+#ifndef SS_BENCH_COMMON_H
+#define SS_BENCH_COMMON_H
+
+#include <cjson/cJSON.h>
+
+#include "src/backend.h"
+#include "src/status.h"
+
+typedef struct {
+  cJSON *root;
+  cJSON *cases;
+  cJSON *summary;
+} ss_bench_doc;
+
+/* `device` describes where it ran, e.g. "NVIDIA H100 80GB HBM3 + 16 CPU threads". */
+ss_status ss_bench_doc_init(ss_ctx *ctx, ss_bench_doc *doc, const char *bench, const char *device);
+/* A new case object appended to "cases"; fill it with cJSON_Add*ToObject. */
+cJSON *ss_bench_case(ss_bench_doc *doc, const char *name);
+void ss_bench_summary_number(ss_bench_doc *doc, const char *key, double value);
+/* Write atomically to `path` and free the document. */
+ss_status ss_bench_doc_write(ss_ctx *ctx, ss_bench_doc *doc, const char *path);
+void ss_bench_doc_free(ss_bench_doc *doc);
+
+/* A device description for ss_bench_doc_init: the GPU name when `be` is CUDA, plus CPU threads. */
+void ss_bench_device_string(const ss_backend *be, char *buf, size_t len);
+
+/* Call fn(arg) `warmup` times, then `repeats` times, and return the median wall time in seconds.
+ * fn must finish its device work before returning (synchronise). A failing call stops the run:
+ * its status lands in *st. */
+typedef ss_status (*ss_bench_fn)(void *arg);
+double ss_bench_median_s(ss_bench_fn fn, void *arg, int warmup, int repeats, ss_status *st);
+
+#endif
