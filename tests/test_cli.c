@@ -75,6 +75,21 @@ static void probe_command(void **state) {
   free(out), free(err);
 }
 
+/* docs/params.md embeds `params --doc`: a changed table without regenerated docs fails here */
+static void params_doc_is_current(void **state) {
+  (void)state;
+  char *out, *err;
+  assert_int_equal(run("params --doc", &out, &err), 0);
+  FILE *f = fopen(SS_SOURCE_DIR "/docs/params.md", "rb");
+  assert_non_null(f);
+  static char doc[256 * 1024];
+  size_t n = fread(doc, 1, sizeof(doc) - 1, f);
+  fclose(f);
+  doc[n] = '\0';
+  if (!strstr(doc, out)) fail_msg("docs/params.md is stale: regenerate it from `spikestream params --doc`");
+  free(out), free(err);
+}
+
 static void info_names_backend(void **state) {
   (void)state;
   char *out, *err;
@@ -105,7 +120,7 @@ static void backend_selection_without_gpu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(help_and_usage), cmocka_unit_test(params_check), cmocka_unit_test(probe_command),
-      cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
+      cmocka_unit_test(params_doc_is_current), cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
