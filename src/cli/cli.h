@@ -34,6 +34,16 @@ int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx);
  * the command must stop now (help printed: 0, bad value: 2). */
 int ss_cli_common_option(int opt, const char *usage, ss_ctx *ctx, int *exit_code);
 
+/* Called for each command-specific option: return 0 to go on, or an exit code (2 for a bad value,
+ * via ss_cli_usage_error) to stop. */
+typedef int (*ss_cli_option_fn)(int opt, const char *arg, void *user);
+
+/* Parse argv: the common options are handled here, `opts` (terminated by a zero row; may be NULL)
+ * go to fn. Returns -1 when the command should go on, with positional arguments at
+ * argv[*first_arg .. argc), or the exit code to return (help: 0, usage error: 2). */
+int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
+                 ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg);
+
 /* Print a usage problem ("spikestream CMD: ..." plus a hint) and return 2. */
 int ss_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print the context's message lines for a failed status and return its exit code (0 for SS_OK). */

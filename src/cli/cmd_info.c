@@ -11,16 +11,9 @@ static const char usage[] =
     "(name, memory, compute capability), or why there is none.\n\noptions:\n" SS_CLI_COMMON_HELP;
 
 int ss_cmd_info(int argc, char **argv, ss_ctx *ctx) {
-  static const struct option longopts[] = {SS_CLI_COMMON_LONGOPTS, {0, 0, 0, 0}};
-  int opt, code;
-  while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS, longopts, NULL)) != -1) {
-    if (ss_cli_common_option(opt, usage, ctx, &code)) {
-      if (code >= 0) return code;
-      continue;
-    }
-    return ss_cli_usage_error("info", "unknown option");
-  }
-  if (optind < argc) return ss_cli_usage_error("info", "unexpected argument \"%s\"", argv[optind]);
+  int first, code = ss_cli_parse(argc, argv, "info", NULL, usage, ctx, NULL, NULL, &first);
+  if (code >= 0) return code;
+  if (first < argc) return ss_cli_usage_error("info", "unexpected argument \"%s\"", argv[first]);
 
   printf("spikestream %s (commit %s, %s build)\n", SS_VERSION, SS_GIT_COMMIT, SS_BUILD_TYPE);
   printf("build: OpenMP %s, CUDA %s%s%s\n", SS_BUILD_OPENMP, SS_BUILD_CUDA,

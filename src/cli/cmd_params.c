@@ -13,26 +13,31 @@ static const char usage[] =
     "                  reported on its own line with its JSON path; exit 0 when valid, 1 otherwise\n"
     "  --doc           print the parameter reference (Markdown)\n\noptions:\n" SS_CLI_COMMON_HELP;
 
+typedef struct {
+  int mode;
+  const char *file;
+} params_args;
+
+static int on_option(int opt, const char *arg, void *user) {
+  params_args *a = user;
+  if (a->mode) return ss_cli_usage_error("params", "give one of --defaults, --check, --doc");
+  a->mode = opt;
+  if (opt == 'c') a->file = arg;
+  return 0;
+}
+
 int ss_cmd_params(int argc, char **argv, ss_ctx *ctx) {
-  static const struct option longopts[] = {SS_CLI_COMMON_LONGOPTS,
-                                           {"defaults", no_argument, NULL, 'd'},
-                                           {"check", required_argument, NULL, 'c'},
-                                           {"doc", no_argument, NULL, 'm'},
-                                           {0, 0, 0, 0}};
-  int opt, code, mode = 0;
-  const char *file = NULL;
-  while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS, longopts, NULL)) != -1) {
-    if (ss_cli_common_option(opt, usage, ctx, &code)) {
-      if (code >= 0) return code;
-      continue;
-    }
-    if (opt != 'd' && opt != 'c' && opt != 'm') return ss_cli_usage_error("params", "unknown option");
-    if (mode) return ss_cli_usage_error("params", "give one of --defaults, --check, --doc");
-    mode = opt;
-    if (opt == 'c') file = optarg;
-  }
-  if (optind < argc) return ss_cli_usage_error("params", "unexpected argument \"%s\"", argv[optind]);
-  if (!mode) return ss_cli_usage_error("params", "give one of --defaults, --check, --doc");
+  static const struct option opts[] = {{"defaults", no_argument, NULL, 'd'},
+                                       {"check", required_argument, NULL, 'c'},
+                                       {"doc", no_argument, NULL, 'm'},
+                                       {0, 0, 0, 0}};
+  params_args a = {0, NULL};
+  int first, code = ss_cli_parse(argc, argv, "params", opts, usage, ctx, on_option, &a, &first);
+  if (code >= 0) return code;
+  if (first < argc) return ss_cli_usage_error("params", "unexpected argument \"%s\"", argv[first]);
+  if (!a.mode) return ss_cli_usage_error("params", "give one of --defaults, --check, --doc");
+  int mode = a.mode;
+  const char *file = a.file;
 
   ss_params p;
   ss_params_defaults(&p);

@@ -14,35 +14,40 @@ static const char usage[] =
     "                  parameter probe.adjacency_radius_um)\n"
     "  --channels N    also check the probe against a recording of N channels\n\noptions:\n" SS_CLI_COMMON_HELP;
 
+typedef struct {
+  double radius;
+  int n_channels;
+} probe_args;
+
+static int on_option(int opt, const char *arg, void *user) {
+  probe_args *a = user;
+  char *end = NULL;
+  if (opt == 'r') {
+    a->radius = strtod(arg, &end);
+    if (*end || !(a->radius > 0)) return ss_cli_usage_error("probe", "--radius: expected a number > 0, got \"%s\"", arg);
+  } else {
+    long n = strtol(arg, &end, 10);
+    if (*end || n <= 0 || n > 1000000) return ss_cli_usage_error("probe", "--channels: expected an integer > 0, got \"%s\"", arg);
+    a->n_channels = (int)n;
+  }
+  return 0;
+}
+
 int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx) {
-  static const struct option longopts[] = {SS_CLI_COMMON_LONGOPTS,
-                                           {"radius", required_argument, NULL, 'r'},
-                                           {"channels", required_argument, NULL, 'n'},
-                                           {0, 0, 0, 0}};
+  static const struct option opts[] = {{"radius", required_argument, NULL, 'r'},
+                                       {"channels", required_argument, NULL, 'n'},
+                                       {0, 0, 0, 0}};
   ss_params p;
   ss_params_defaults(&p);
-  double radius = p.probe.adjacency_radius_um;
-  int n_channels = 0, opt, code;
-  char *end = NULL;
-  while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS, longopts, NULL)) != -1) {
-    if (ss_cli_common_option(opt, usage, ctx, &code)) {
-      if (code >= 0) return code;
-      continue;
-    }
-    if (opt == 'r') {
-      radius = strtod(optarg, &end);
-      if (*end || !(radius > 0)) return ss_cli_usage_error("probe", "--radius: expected a number > 0, got \"%s\"", optarg);
-    } else if (opt == 'n') {
-      n_channels = (int)strtol(optarg, &end, 10);
-      if (*end || n_channels <= 0) return ss_cli_usage_error("probe", "--channels: expected an integer > 0, got \"%s\"", optarg);
-    } else {
-      return ss_cli_usage_error("probe", "unknown option");
-    }
-  }
-  if (optind != argc - 1) return ss_cli_usage_error("probe", "expected one probe file");
+  probe_args a = {p.probe.adjacency_radius_um, 0};
+  int first, code = ss_cli_parse(argc, argv, "probe", opts, usage, ctx, on_option, &a, &first);
+  if (code >= 0) return code;
+  if (first != argc - 1) return ss_cli_usage_error("probe", "expected one probe file");
+  double radius = a.radius;
+  int n_channels = a.n_channels;
 
   ss_probe probe;
-  ss_status st = ss_probe_load_file(ctx, argv[optind], radius, &probe);
+  ss_status st = ss_probe_load_file(ctx, argv[first], radius, &probe);
   if (st == SS_OK && n_channels > 0) st = ss_probe_check_recording(ctx, &probe, n_channels);
   if (st != SS_OK) {
     ss_probe_free(&probe);

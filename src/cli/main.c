@@ -45,6 +45,30 @@ int ss_cli_common_option(int opt, const char *usage_text, ss_ctx *ctx, int *exit
   }
 }
 
+#define SS_CLI_MAX_OPTIONS 64
+
+int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage_text,
+                 ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg) {
+  static const struct option common[] = {SS_CLI_COMMON_LONGOPTS};
+  struct option all[SS_CLI_MAX_OPTIONS + 4];
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) all[n++] = common[i];
+  for (size_t i = 0; opts && opts[i].name && n < SS_CLI_MAX_OPTIONS; i++) all[n++] = opts[i];
+  memset(&all[n], 0, sizeof(all[n]));
+  optind = 1;
+  int opt, code;
+  while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS, all, NULL)) != -1) {
+    if (ss_cli_common_option(opt, usage_text, ctx, &code)) {
+      if (code >= 0) return code;
+      continue;
+    }
+    if (opt == '?' || opt == ':' || !fn) return ss_cli_usage_error(cmd, "bad option \"%s\"", argv[optind - 1]);
+    if ((code = fn(opt, optarg, user)) != 0) return code;
+  }
+  *first_arg = optind;
+  return -1;
+}
+
 int ss_cli_usage_error(const char *cmd, const char *fmt, ...) {
   fprintf(stderr, "spikestream %s: ", cmd);
   va_list ap;
