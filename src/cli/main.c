@@ -11,6 +11,7 @@ static const ss_command commands[] = {
     {"info", "version, build options, backends and GPUs", ss_cmd_info},
     {"params", "print the default parameters, check a parameter file, or document them", ss_cmd_params},
     {"probe", "load a probe file, validate it and show its adjacency", ss_cmd_probe},
+    {"inspect", "describe a recording: format, rate, channels, duration, scale", ss_cmd_inspect},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

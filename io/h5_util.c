@@ -1,0 +1,224 @@
+/* h5_util.c — HDF5 attribute, path and vector helpers (see h5_util.h). */
+#include "io/h5_util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ss_h5_path(char *buf, size_t len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, len, fmt, ap);
+  va_end(ap);
+}
+
+void ss_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+int ss_h5_exists(hid_t loc, const char *path) {
+  char buf[1024];
+  size_t len = strlen(path);
+  if (len >= sizeof(buf)) return 0;
+  memcpy(buf, path, len + 1);
+  /* check each prefix: H5Lexists fails (rather than answering 0) when an intermediate link is missing */
+  for (size_t i = 1; i <= len; i++) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char save = buf[i];
+    buf[i] = '\0';
+    int ok = strcmp(buf, "/") == 0 || H5Lexists(loc, buf, H5P_DEFAULT) > 0;
+    buf[i] = save;
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+static int is_type(hid_t loc, const char *path, H5O_type_t want) {
+  if (!ss_h5_exists(loc, path)) return 0;
+  H5O_info_t info;
+  if (H5Oget_info_by_name(loc, path, &info, H5P_DEFAULT) < 0) return 0;
+  return info.type == want;
+}
+int ss_h5_is_group(hid_t loc, const char *path) { return is_type(loc, path, H5O_TYPE_GROUP); }
+int ss_h5_is_dataset(hid_t loc, const char *path) { return is_type(loc, path, H5O_TYPE_DATASET); }
+
+static hid_t vlen_str_type(void) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  H5Tset_size(t, H5T_VARIABLE);
+  H5Tset_cset(t, H5T_CSET_UTF8);
+  return t;
+}
+
+/* Create (or replace) attribute `name` of type/space and write buf. */
+static ss_status write_attr(ss_ctx *ctx, hid_t obj, const char *name, hid_t type, hid_t space, const void *buf,
+                            const char *where) {
+  if (H5Aexists(obj, name) > 0) H5Adelete(obj, name);
+  hid_t a = H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = a < 0 ? -1 : H5Awrite(a, type, buf);
+  if (a >= 0) H5Aclose(a);
+  if (e < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot write attribute %s", where, name);
+  return SS_OK;
+}
+
+ss_status ss_h5_attr_str(ss_ctx *ctx, hid_t obj, const char *name, const char *value, const char *where) {
+  hid_t t = vlen_str_type(), s = H5Screate(H5S_SCALAR);
+  ss_status st = write_attr(ctx, obj, name, t, s, &value, where);
+  H5Sclose(s);
+  H5Tclose(t);
+  return st;
+}
+
+ss_status ss_h5_attr_strs(ss_ctx *ctx, hid_t obj, const char *name, const char *const *values, int n,
+                          const char *where) {
+  hsize_t dim = (hsize_t)n;
+  hid_t t = vlen_str_type(), s = H5Screate_simple(1, &dim, NULL);
+  ss_status st = write_attr(ctx, obj, name, t, s, values, where);
+  H5Sclose(s);
+  H5Tclose(t);
+  return st;
+}
+
+ss_status ss_h5_attr_f64(ss_ctx *ctx, hid_t obj, const char *name, double value, const char *where) {
+  hid_t s = H5Screate(H5S_SCALAR);
+  ss_status st = write_attr(ctx, obj, name, H5T_NATIVE_DOUBLE, s, &value, where);
+  H5Sclose(s);
+  return st;
+}
+
+ss_status ss_h5_attr_i32(ss_ctx *ctx, hid_t obj, const char *name, int value, const char *where) {
+  hid_t s = H5Screate(H5S_SCALAR);
+  ss_status st = write_attr(ctx, obj, name, H5T_NATIVE_INT, s, &value, where);
+  H5Sclose(s);
+  return st;
+}
+
+ss_status ss_h5_attr_ref(ss_ctx *ctx, hid_t obj, const char *name, hid_t file, const char *target_path,
+                         const char *where) {
+  hobj_ref_t ref;
+  if (H5Rcreate(&ref, file, target_path, H5R_OBJECT, -1) < 0)
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot reference %s", where, target_path);
+  hid_t s = H5Screate(H5S_SCALAR);
+  ss_status st = write_attr(ctx, obj, name, H5T_STD_REF_OBJ, s, &ref, where);
+  H5Sclose(s);
+  return st;
+}
+
+ss_status ss_h5_dataset_str(ss_ctx *ctx, hid_t loc, const char *name, const char *value, const char *where) {
+  hid_t t = vlen_str_type(), s = H5Screate(H5S_SCALAR);
+  hid_t d = H5Dcreate2(loc, name, t, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t e = d < 0 ? -1 : H5Dwrite(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
+  if (d >= 0) H5Dclose(d);
+  H5Sclose(s);
+  H5Tclose(t);
+  if (e < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot write dataset %s", where, name);
+  return SS_OK;
+}
+
+int ss_h5_read_attr_str(hid_t obj, const char *name, char *buf, size_t len) {
+  if (len == 0 || H5Aexists(obj, name) <= 0) return 0;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  hid_t ft = H5Aget_type(a), sp = H5Aget_space(a);
+  int ok = 0;
+  if (H5Tget_class(ft) == H5T_STRING && H5Sget_simple_extent_npoints(sp) == 1) {
+    if (H5Tis_variable_str(ft) > 0) {
+      char *s = NULL;
+      hid_t mt = vlen_str_type();
+      if (H5Aread(a, mt, &s) >= 0 && s) {
+        snprintf(buf, len, "%s", s);
+        H5free_memory(s);
+        ok = 1;
+      }
+      H5Tclose(mt);
+    } else {
+      size_t n = H5Tget_size(ft);
+      char *tmp = calloc(n + 1, 1);
+      hid_t mt = H5Tcopy(ft);
+      if (tmp && H5Aread(a, mt, tmp) >= 0) {
+        snprintf(buf, len, "%s", tmp);
+        ok = 1;
+      }
+      H5Tclose(mt);
+      free(tmp);
+    }
+  }
+  H5Sclose(sp);
+  H5Tclose(ft);
+  H5Aclose(a);
+  return ok;
+}
+
+int64_t ss_h5_attr_len(hid_t obj, const char *name) {
+  if (H5Aexists(obj, name) <= 0) return -1;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = H5Aget_space(a);
+  int64_t n = H5Sget_simple_extent_npoints(sp);
+  H5Sclose(sp);
+  H5Aclose(a);
+  return n;
+}
+
+int ss_h5_read_attr_f64s(hid_t obj, const char *name, double *out, int64_t n) {
+  if (ss_h5_attr_len(obj, name) != n) return 0;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), ft = H5Aget_type(a);
+  H5T_class_t cls = H5Tget_class(ft);
+  int ok = (cls == H5T_INTEGER || cls == H5T_FLOAT) && H5Aread(a, H5T_NATIVE_DOUBLE, out) >= 0;
+  H5Tclose(ft);
+  H5Aclose(a);
+  return ok;
+}
+
+int ss_h5_read_attr_f64(hid_t obj, const char *name, double *out) { return ss_h5_read_attr_f64s(obj, name, out, 1); }
+
+int ss_h5_shape(hid_t dset, int64_t *dims) {
+  hid_t sp = H5Dget_space(dset);
+  if (sp < 0) return -1;
+  hsize_t d[H5S_MAX_RANK];
+  int rank = H5Sget_simple_extent_ndims(sp);
+  if (rank > 8) rank = -1;
+  if (rank > 0) H5Sget_simple_extent_dims(sp, d, NULL);
+  for (int i = 0; i < rank; i++) dims[i] = (int64_t)d[i];
+  H5Sclose(sp);
+  return rank;
+}
+
+void ss_h5_type_name(hid_t type, char *buf, size_t len) {
+  size_t size = H5Tget_size(type);
+  switch (H5Tget_class(type)) {
+    case H5T_INTEGER:
+      snprintf(buf, len, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", size * 8);
+      break;
+    case H5T_FLOAT: snprintf(buf, len, "float%zu", size * 8); break;
+    case H5T_STRING: snprintf(buf, len, "string"); break;
+    case H5T_COMPOUND: snprintf(buf, len, "compound"); break;
+    case H5T_REFERENCE: snprintf(buf, len, "reference"); break;
+    default: snprintf(buf, len, "other"); break;
+  }
+}
+
+ss_status ss_h5_read_f64_vector(ss_ctx *ctx, hid_t loc, const char *path, const char *file, double **out,
+                                int64_t *n) {
+  *out = NULL;
+  *n = 0;
+  if (!ss_h5_is_dataset(loc, path)) return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: missing", file, path);
+  hid_t d = H5Dopen2(loc, path, H5P_DEFAULT), t = H5Dget_type(d);
+  int64_t dims[8];
+  int rank = ss_h5_shape(d, dims);
+  H5T_class_t cls = H5Tget_class(t);
+  char tn[32];
+  ss_h5_type_name(t, tn, sizeof(tn));
+  H5Tclose(t);
+  ss_status st = SS_OK;
+  if (rank != 1) {
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: expected rank 1, got rank %d", file, path, rank);
+  } else if (cls != H5T_INTEGER && cls != H5T_FLOAT) {
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: expected a numeric type, got %s", file, path, tn);
+  } else if ((st = SS_ALLOC(ctx, *out, dims[0] > 0 ? (size_t)dims[0] : 1, path)) == SS_OK) {
+    if (dims[0] > 0 && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0) {
+      free(*out);
+      *out = NULL;
+      st = ss_fail(ctx, SS_ERR_IO, "%s: dataset %s: read failed", file, path);
+    } else {
+      *n = dims[0];
+    }
+  }
+  H5Dclose(d);
+  return st;
+}

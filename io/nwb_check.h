@@ -1,0 +1,28 @@
+/* nwb_check.h — a structural checker for NWB 2.x files: the subset of the schema our readers and
+ * writers rely on, so that tests and the acceptance can verify a written file without pynwb.
+ *
+ * Checked: root attributes (neurodata_type "NWBFile", namespace "core", nwb_version "2.*",
+ * object_id) and required root datasets and groups; every object carrying neurodata_type also
+ * carries namespace and a UUID-shaped object_id; DynamicTables (and Units) have colnames,
+ * description and an ElementIdentifiers `id`, and every column exists, is typed and has as many rows
+ * as `id` (ragged columns through their VectorIndex `<col>_index`, whose `target` references the
+ * column); DynamicTableRegions reference a table (`table` object reference) and index rows inside
+ * it; ElectrodeGroups link a Device; each ElectricalSeries has a 2-D data with unit/conversion/
+ * resolution, either starting_time (rate, unit "seconds") or one timestamp per sample, and an
+ * electrodes region with one row per data column; at least one ElectricalSeries under /acquisition.
+ * Every problem is reported (one line each, naming file and object) before failing with SS_ERR_INPUT. */
+#ifndef SS_NWB_CHECK_H
+#define SS_NWB_CHECK_H
+
+#include "src/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+ss_status ss_nwb_check(ss_ctx *ctx, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

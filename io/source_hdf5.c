@@ -1,0 +1,470 @@
+/* source_hdf5.c — the HDF5 back-ends: NWB 2.x, Kwik .raw.kwd and plain HDF5 datasets. Each only
+ * finds its data and metadata (rate, scale, positions); the samples themselves are read by the
+ * shared store (source_store.c), for which this file maps the dataset's storage to file offsets. */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "io/h5_util.h"
+#include "io/source_internal.h"
+
+#define MAX_PREAD_TILES (1 << 20)        /* beyond this many chunks, read through HDF5 instead */
+#define TIMESTAMP_BLOCK 65536            /* timestamps checked this many at a time */
+#define TIMESTAMP_TOLERANCE 0.01         /* relative deviation of one interval from 1/rate */
+#define NWB_ELECTRODES "general/extracellular_ephys/electrodes"
+#define UV_PER_VOLT 1e6
+
+typedef struct {
+  hid_t fid;
+  const char *file;
+  char group[SS_SOURCE_NAME_MAX]; /* NWB series or Kwik recording group */
+} h5src;
+
+int ss_source_is_hdf5(const char *path) {
+  ss_h5_quiet();
+  return H5Fis_hdf5(path) > 0;
+}
+
+/* ---------------------------------------------------------------- locating the data */
+
+static int is_series(hid_t fid, const char *path) {
+  char type[64];
+  if (!ss_h5_is_group(fid, path)) return 0;
+  hid_t g = H5Gopen2(fid, path, H5P_DEFAULT);
+  int ok = ss_h5_read_attr_str(g, "neurodata_type", type, sizeof(type)) && strcmp(type, "ElectricalSeries") == 0;
+  H5Gclose(g);
+  return ok;
+}
+
+typedef struct {
+  hid_t fid;
+  const char *parent;
+  int want_series; /* 1: ElectricalSeries only; 0: any group */
+  char first[SS_SOURCE_NAME_MAX];
+  char names[1024]; /* comma-separated, for messages */
+} child_scan;
+
+static herr_t scan_child(hid_t g, const char *name, const H5L_info_t *li, void *arg) {
+  (void)g;
+  (void)li;
+  child_scan *c = arg;
+  char path[SS_SOURCE_NAME_MAX];
+  snprintf(path, sizeof(path), "%s/%s", c->parent, name);
+  if (c->want_series ? !is_series(c->fid, path) : !ss_h5_is_group(c->fid, path)) return 0;
+  if (!c->first[0]) snprintf(c->first, sizeof(c->first), "%s", name);
+  size_t used = strlen(c->names);
+  snprintf(c->names + used, sizeof(c->names) - used, "%s%s", used ? ", " : "", name);
+  return 0;
+}
+
+static void scan_children(hid_t fid, const char *parent, int want_series, child_scan *c) {
+  memset(c, 0, sizeof(*c));
+  c->fid = fid;
+  c->parent = parent;
+  c->want_series = want_series;
+  if (!ss_h5_is_group(fid, parent)) return;
+  H5Literate_by_name(fid, parent, H5_INDEX_NAME, H5_ITER_INC, NULL, scan_child, c, H5P_DEFAULT);
+}
+
+static int has_electrical_series(hid_t fid) {
+  child_scan c;
+  scan_children(fid, "/acquisition", 1, &c);
+  return c.first[0] != 0;
+}
+
+static ss_status nwb_locate(ss_ctx *ctx, h5src *h, const char *series) {
+  child_scan c;
+  scan_children(h->fid, "/acquisition", 1, &c);
+  if (series && *series) {
+    ss_h5_path(h->group, sizeof(h->group), "/acquisition/%s", series);
+    if (!is_series(h->fid, h->group))
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: no such ElectricalSeries (available: %s)", h->file, h->group,
+                     c.names[0] ? c.names : "none");
+  } else {
+    if (!c.first[0]) return ss_fail(ctx, SS_ERR_INPUT, "%s: /acquisition: no ElectricalSeries", h->file);
+    ss_h5_path(h->group, sizeof(h->group), "/acquisition/%s", c.first);
+  }
+  return SS_OK;
+}
+
+static ss_status kwik_locate(ss_ctx *ctx, h5src *h, const char *recording) {
+  child_scan c;
+  scan_children(h->fid, "/recordings", 0, &c);
+  const char *name = recording && *recording ? recording : ss_h5_is_group(h->fid, "/recordings/0") ? "0" : c.first;
+  ss_h5_path(h->group, sizeof(h->group), "/recordings/%s", name);
+  if (!*name || !ss_h5_is_group(h->fid, h->group))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: no such recording (available: %s)", h->file, h->group,
+                   c.names[0] ? c.names : "none");
+  return SS_OK;
+}
+
+/* ---------------------------------------------------------------- the dataset and its storage */
+
+static ss_status check_dataset(ss_ctx *ctx, h5src *h, const char *path, ss_layout layout, ss_source_info *info,
+                               hid_t *dset, ss_elem *elem) {
+  if (!ss_h5_is_dataset(h->fid, path)) return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: missing", h->file, path);
+  hid_t d = H5Dopen2(h->fid, path, H5P_DEFAULT), t = H5Dget_type(d);
+  int64_t dims[8];
+  int rank = ss_h5_shape(d, dims);
+  char tn[32];
+  ss_h5_type_name(t, tn, sizeof(tn));
+  H5T_class_t cls = H5Tget_class(t);
+  size_t size = H5Tget_size(t);
+  H5Tclose(t);
+  ss_status st = SS_OK;
+  const char *shape = layout == SS_LAYOUT_TIME_MAJOR ? "time x channels" : "channels x time";
+  if (rank != 2)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: expected rank 2 (%s), got rank %d", h->file, path, shape, rank);
+  else if (!(cls == H5T_INTEGER && strcmp(tn, "int16") == 0) && !(cls == H5T_FLOAT && (size == 4 || size == 8)))
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: expected int16, float32 or float64 samples, got %s", h->file, path,
+                 tn);
+  if (st != SS_OK) {
+    H5Dclose(d);
+    return st;
+  }
+  int td = layout == SS_LAYOUT_TIME_MAJOR ? 0 : 1;
+  info->n_samples = dims[td];
+  info->n_channels = (int)dims[1 - td];
+  if (dims[1 - td] == 0 || dims[1 - td] > INT32_MAX)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: zero channels (shape %lld x %lld, %s)", h->file, path,
+                 (long long)dims[0], (long long)dims[1], shape);
+  else if (dims[td] == 0)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: no samples (shape %lld x %lld, %s)", h->file, path,
+                 (long long)dims[0], (long long)dims[1], shape);
+  if (st != SS_OK) {
+    H5Dclose(d);
+    return st;
+  }
+  *elem = cls == H5T_INTEGER ? SS_ELEM_I16 : size == 4 ? SS_ELEM_F32 : SS_ELEM_F64;
+  ss_h5_path(info->dtype, sizeof(info->dtype), "%s", tn);
+  ss_h5_path(info->dataset, sizeof(info->dataset), "%s", path);
+  info->layout = layout;
+  *dset = d;
+  return SS_OK;
+}
+
+/* Map the dataset's storage to file offsets when it can be read with pread: little-endian, no
+ * filters, no external storage or user block, contiguous or chunked with a sane number of chunks. */
+static int map_storage(h5src *h, hid_t d, ss_store *s) {
+  const hid_t le[] = {H5T_STD_I16LE, H5T_IEEE_F32LE, H5T_IEEE_F64LE};
+  hid_t t = H5Dget_type(d), dcpl = H5Dget_create_plist(d), fcpl = H5Fget_create_plist(h->fid);
+  hsize_t ublock = 0;
+  H5Pget_userblock(fcpl, &ublock);
+  H5D_layout_t layout = H5Pget_layout(dcpl);
+  int ok = H5Tequal(t, le[s->elem]) > 0 && H5Pget_nfilters(dcpl) == 0 && H5Pget_external_count(dcpl) == 0 &&
+           ublock == 0 && (layout == H5D_CONTIGUOUS || layout == H5D_CHUNKED);
+  if (ok && layout == H5D_CHUNKED) {
+    hsize_t c[2];
+    ok = H5Pget_chunk(dcpl, 2, c) == 2;
+    s->cdims[0] = (int64_t)c[0];
+    s->cdims[1] = (int64_t)c[1];
+  } else {
+    s->cdims[0] = s->dims[0];
+    s->cdims[1] = s->dims[1];
+  }
+  H5Pclose(fcpl);
+  H5Pclose(dcpl);
+  H5Tclose(t);
+  if (!ok) return 0;
+  s->grid[0] = (s->dims[0] + s->cdims[0] - 1) / s->cdims[0];
+  s->grid[1] = (s->dims[1] + s->cdims[1] - 1) / s->cdims[1];
+  if (s->grid[0] * s->grid[1] > MAX_PREAD_TILES) return 0;
+  s->tile_off = malloc((size_t)(s->grid[0] * s->grid[1]) * sizeof(int64_t));
+  if (!s->tile_off) return 0;
+  for (int64_t i = 0; i < s->grid[0] * s->grid[1]; i++) {
+    haddr_t addr = HADDR_UNDEF;
+    if (layout == H5D_CONTIGUOUS) {
+      addr = H5Dget_offset(d);
+    } else {
+      hsize_t coord[2] = {(hsize_t)((i / s->grid[1]) * s->cdims[0]), (hsize_t)((i % s->grid[1]) * s->cdims[1])};
+      unsigned mask = 0;
+      hsize_t bytes = 0;
+      if (H5Dget_chunk_info_by_coord(d, coord, &mask, &addr, &bytes) < 0) return 0;
+    }
+    s->tile_off[i] = addr == HADDR_UNDEF ? -1 : (int64_t)addr; /* unwritten: the fill value, zero */
+  }
+  s->fd = open(h->file, O_RDONLY);
+#ifdef POSIX_FADV_SEQUENTIAL
+  if (s->fd >= 0) posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+#endif
+  return s->fd >= 0;
+}
+
+static ss_status open_store(ss_ctx *ctx, h5src *h, const char *path, ss_layout layout, ss_source_info *info,
+                            ss_store *s) {
+  hid_t d = -1;
+  SS_TRY(check_dataset(ctx, h, path, layout, info, &d, &s->elem));
+  s->elem_size = s->elem == SS_ELEM_I16 ? 2 : s->elem == SS_ELEM_F32 ? 4 : 8;
+  s->transposed = layout == SS_LAYOUT_CHANNEL_MAJOR;
+  int64_t dims[8];
+  ss_h5_shape(d, dims);
+  s->dims[0] = dims[0];
+  s->dims[1] = dims[1];
+  if (map_storage(h, d, s)) {
+    H5Dclose(d);
+    return SS_OK;
+  }
+  free(s->tile_off);
+  s->tile_off = NULL;
+  if (s->fd >= 0) close(s->fd);
+  s->fd = -1;
+  s->h5dset = d; /* read through the library; the store now owns the file too */
+  s->h5file = h->fid;
+  h->fid = -1;
+  return SS_OK;
+}
+
+/* ---------------------------------------------------------------- NWB metadata */
+
+static double unit_to_uv(const char *unit) {
+  if (!strcmp(unit, "volts") || !strcmp(unit, "volt") || !strcmp(unit, "V")) return UV_PER_VOLT;
+  if (!strcmp(unit, "millivolts") || !strcmp(unit, "mV")) return 1e3;
+  if (!strcmp(unit, "microvolts") || !strcmp(unit, "uV") || !strcmp(unit, "\xc2\xb5V")) return 1.0;
+  return 0.0;
+}
+
+static ss_status read_block(ss_ctx *ctx, h5src *h, hid_t d, const char *path, int64_t start, int64_t n, double *out) {
+  hsize_t st[1] = {(hsize_t)start}, cnt[1] = {(hsize_t)n};
+  hid_t fs = H5Dget_space(d), ms = H5Screate_simple(1, cnt, NULL);
+  herr_t e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
+  if (e >= 0) e = H5Dread(d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, out);
+  H5Sclose(ms);
+  H5Sclose(fs);
+  return e < 0 ? ss_fail(ctx, SS_ERR_IO, "%s: %s: read failed", h->file, path) : SS_OK;
+}
+
+/* Check every interval against the rate from the first and last timestamps, a block at a time. */
+static ss_status check_timestamps(ss_ctx *ctx, h5src *h, hid_t d, const char *path, int64_t n, double *buf,
+                                  ss_source_info *info) {
+  double first, last;
+  SS_TRY(read_block(ctx, h, d, path, 0, 1, &first));
+  SS_TRY(read_block(ctx, h, d, path, n - 1, 1, &last));
+  double dt = (last - first) / (double)(n - 1), prev = first;
+  for (int64_t b = 0; b < n; b += TIMESTAMP_BLOCK) {
+    int64_t m = n - b < TIMESTAMP_BLOCK ? n - b : TIMESTAMP_BLOCK;
+    SS_TRY(read_block(ctx, h, d, path, b, m, buf));
+    for (int64_t i = (b == 0); i < m; i++) {
+      double t = buf[i], step = t - prev;
+      if (!isfinite(t))
+        return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: timestamp %lld is not finite (%g)", h->file, path,
+                       (long long)(b + i), t);
+      if (!(step > 0))
+        return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: not strictly increasing at index %lld (%.9g after %.9g)", h->file,
+                       path, (long long)(b + i), t, prev);
+      if (fabs(step - dt) > TIMESTAMP_TOLERANCE * dt)
+        return ss_fail(ctx, SS_ERR_INPUT,
+                       "%s: %s: irregular sampling at index %lld: interval %.9g s, expected %.9g s (%.9g Hz from the "
+                       "first and last timestamps, tolerance %g%%)",
+                       h->file, path, (long long)(b + i), step, dt, 1.0 / dt, TIMESTAMP_TOLERANCE * 100);
+      prev = t;
+    }
+  }
+  info->rate_hz = 1.0 / dt;
+  info->start_time_s = first;
+  info->from_timestamps = 1;
+  return SS_OK;
+}
+
+static ss_status nwb_timing_from_timestamps(ss_ctx *ctx, h5src *h, const char *path, ss_source_info *info) {
+  hid_t d = H5Dopen2(h->fid, path, H5P_DEFAULT);
+  int64_t dims[8];
+  int rank = ss_h5_shape(d, dims);
+  ss_status st = SS_OK;
+  double *buf = NULL;
+  if (rank != 1 || dims[0] != info->n_samples)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected %lld timestamps (one per sample), got %s%lld", h->file, path,
+                 (long long)info->n_samples, rank == 1 ? "" : "a non-vector of ", (long long)(rank >= 1 ? dims[0] : 0));
+  else if (dims[0] < 2)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: a rate needs at least 2 timestamps, got %lld", h->file, path,
+                 (long long)dims[0]);
+  else if ((st = SS_ALLOC(ctx, buf, TIMESTAMP_BLOCK, "timestamps")) == SS_OK)
+    st = check_timestamps(ctx, h, d, path, dims[0], buf, info);
+  free(buf);
+  H5Dclose(d);
+  return st;
+}
+
+static ss_status nwb_timing(ss_ctx *ctx, h5src *h, ss_source_info *info) {
+  char path[SS_SOURCE_NAME_MAX + 32];
+  snprintf(path, sizeof(path), "%s/starting_time", h->group);
+  if (ss_h5_is_dataset(h->fid, path)) {
+    hid_t d = H5Dopen2(h->fid, path, H5P_DEFAULT);
+    double start = 0.0, rate = 0.0;
+    int have_rate = ss_h5_read_attr_f64(d, "rate", &rate);
+    herr_t e = H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &start);
+    H5Dclose(d);
+    if (!have_rate || !(rate > 0) || !isfinite(rate))
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute rate: expected a number > 0, got %s", h->file, path,
+                     have_rate ? "a non-positive value" : "none");
+    if (e < 0 || !isfinite(start)) return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected a finite number", h->file, path);
+    info->rate_hz = rate;
+    info->start_time_s = start;
+    return SS_OK;
+  }
+  snprintf(path, sizeof(path), "%s/timestamps", h->group);
+  if (ss_h5_is_dataset(h->fid, path)) return nwb_timing_from_timestamps(ctx, h, path, info);
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: neither starting_time nor timestamps", h->file, h->group);
+}
+
+static ss_status nwb_scale(ss_ctx *ctx, h5src *h, ss_source_info *info) {
+  hid_t d = H5Dopen2(h->fid, info->dataset, H5P_DEFAULT);
+  double conversion = 1.0, offset = 0.0;
+  char unit[64] = "volts";
+  ss_h5_read_attr_f64(d, "conversion", &conversion);
+  ss_h5_read_attr_f64(d, "offset", &offset);
+  ss_h5_read_attr_str(d, "unit", unit, sizeof(unit));
+  H5Dclose(d);
+  double per_unit = unit_to_uv(unit);
+  if (per_unit == 0.0)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute unit: expected volts, millivolts or microvolts, got \"%s\"",
+                   h->file, info->dataset, unit);
+  if (!isfinite(conversion) || conversion == 0.0 || !isfinite(offset))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: conversion/offset: expected finite numbers (conversion != 0), got %g/%g",
+                   h->file, info->dataset, conversion, offset);
+  SS_TRY(ss_source_info_scale(ctx, info, conversion * per_unit));
+  info->offset_uv = offset * per_unit;
+  info->scale_known = 1;
+  char path[SS_SOURCE_NAME_MAX + 32];
+  snprintf(path, sizeof(path), "%s/channel_conversion", h->group);
+  if (!ss_h5_exists(h->fid, path)) return SS_OK;
+  double *cc = NULL;
+  int64_t n = 0;
+  SS_TRY(ss_h5_read_f64_vector(ctx, h->fid, path, h->file, &cc, &n));
+  ss_status st = SS_OK;
+  if (n != info->n_channels)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected %d values (one per channel), got %lld", h->file, path,
+                 info->n_channels, (long long)n);
+  for (int c = 0; c < info->n_channels && st == SS_OK; c++) info->uv_per_step[c] *= cc[c];
+  free(cc);
+  return st;
+}
+
+/* Electrode positions: the series' electrodes region into the electrodes table's rel_x/rel_y (probe
+ * coordinates, NWB >= 2.5) or else x/y. Absent or inconsistent tables just mean no positions. */
+static ss_status nwb_positions(ss_ctx *ctx, h5src *h, ss_source_info *info) {
+  const char *cols[2][2] = {{NWB_ELECTRODES "/rel_x", NWB_ELECTRODES "/rel_y"},
+                            {NWB_ELECTRODES "/x", NWB_ELECTRODES "/y"}};
+  int k = ss_h5_is_dataset(h->fid, cols[0][0]) && ss_h5_is_dataset(h->fid, cols[0][1]) ? 0 : 1;
+  if (!ss_h5_is_dataset(h->fid, cols[k][0]) || !ss_h5_is_dataset(h->fid, cols[k][1])) return SS_OK;
+  ss_ctx quiet;
+  ss_ctx_init(&quiet);
+  double *x = NULL, *y = NULL, *rows = NULL;
+  int64_t nx = 0, ny = 0, nr = 0;
+  char region[SS_SOURCE_NAME_MAX + 32];
+  snprintf(region, sizeof(region), "%s/electrodes", h->group);
+  int ok = ss_h5_read_f64_vector(&quiet, h->fid, cols[k][0], h->file, &x, &nx) == SS_OK &&
+           ss_h5_read_f64_vector(&quiet, h->fid, cols[k][1], h->file, &y, &ny) == SS_OK && nx == ny;
+  if (ok && ss_h5_is_dataset(h->fid, region))
+    ok = ss_h5_read_f64_vector(&quiet, h->fid, region, h->file, &rows, &nr) == SS_OK && nr == info->n_channels;
+  else
+    ok = ok && nx == info->n_channels; /* no region: the table's rows are the channels */
+  ss_status st = SS_OK;
+  if (ok) {
+    st = SS_ALLOC(ctx, info->x_um, (size_t)info->n_channels, "positions");
+    if (st == SS_OK) st = SS_ALLOC(ctx, info->y_um, (size_t)info->n_channels, "positions");
+    for (int c = 0; c < info->n_channels && st == SS_OK; c++) {
+      int64_t r = rows ? (int64_t)rows[c] : c;
+      if (r < 0 || r >= nx) {
+        ok = 0;
+        break;
+      }
+      info->x_um[c] = x[r];
+      info->y_um[c] = y[r];
+    }
+    info->has_positions = ok && st == SS_OK;
+  }
+  free(x);
+  free(y);
+  free(rows);
+  return st;
+}
+
+static ss_status nwb_metadata(ss_ctx *ctx, h5src *h, ss_source_info *info) {
+  SS_TRY(nwb_timing(ctx, h, info));
+  SS_TRY(nwb_scale(ctx, h, info));
+  return nwb_positions(ctx, h, info);
+}
+
+/* ---------------------------------------------------------------- Kwik and plain metadata */
+
+static ss_status kwik_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec, ss_source_info *info) {
+  hid_t g = H5Gopen2(h->fid, h->group, H5P_DEFAULT), d = H5Dopen2(h->fid, info->dataset, H5P_DEFAULT);
+  double rate = 0.0, start = 0.0;
+  int have = ss_h5_read_attr_f64(g, "sample_rate", &rate) || ss_h5_read_attr_f64(d, "sample_rate", &rate);
+  ss_h5_read_attr_f64(g, "start_time", &start);
+  H5Dclose(d);
+  H5Gclose(g);
+  if (!have) rate = spec->rate_hz;
+  if (!(rate > 0) || !isfinite(rate))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute sample_rate: expected a number > 0, got %s%s", h->file,
+                   h->group, have ? "a non-positive value" : "none", have ? "" : " (give --rate HZ)");
+  info->rate_hz = rate;
+  info->start_time_s = isfinite(start) ? start : 0.0;
+  info->scale_known = spec->uv_per_step > 0;
+  SS_TRY(ss_source_info_scale(ctx, info, spec->uv_per_step > 0 ? spec->uv_per_step : 1.0));
+  /* Open Ephys writes µV per bit per channel here */
+  char app[SS_SOURCE_NAME_MAX + 32];
+  snprintf(app, sizeof(app), "%s/application_data", h->group);
+  if (ss_h5_is_group(h->fid, app)) {
+    g = H5Gopen2(h->fid, app, H5P_DEFAULT);
+    if (ss_h5_read_attr_f64s(g, "channel_bit_volts", info->uv_per_step, info->n_channels)) info->scale_known = 1;
+    H5Gclose(g);
+  }
+  return SS_OK;
+}
+
+static ss_status plain_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec, ss_source_info *info) {
+  if (!(spec->rate_hz > 0) || !isfinite(spec->rate_hz))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: a plain HDF5 dataset needs the sampling rate (--rate HZ), got %g",
+                   h->file, info->dataset, spec->rate_hz);
+  info->rate_hz = spec->rate_hz;
+  info->scale_known = spec->uv_per_step > 0;
+  return ss_source_info_scale(ctx, info, spec->uv_per_step > 0 ? spec->uv_per_step : 1.0);
+}
+
+/* ---------------------------------------------------------------- entry */
+
+static ss_status choose_format(ss_ctx *ctx, h5src *h, const ss_source_spec *spec, ss_source_format *f) {
+  *f = spec->format;
+  if (*f == SS_FORMAT_AUTO) {
+    if (spec->dataset && *spec->dataset) *f = SS_FORMAT_HDF5;
+    else if (has_electrical_series(h->fid)) *f = SS_FORMAT_NWB;
+    else if (ss_h5_is_group(h->fid, "/recordings")) *f = SS_FORMAT_KWIK;
+    else
+      return ss_fail(ctx, SS_ERR_INPUT,
+                     "%s: neither NWB (no ElectricalSeries under /acquisition) nor Kwik (no /recordings): name the "
+                     "data with --dataset PATH",
+                     h->file);
+  }
+  if (*f == SS_FORMAT_HDF5 && !(spec->dataset && *spec->dataset))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: a plain HDF5 file needs the dataset path (--dataset PATH)", h->file);
+  return SS_OK;
+}
+
+ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
+  ss_h5_quiet();
+  h5src h = {H5Fopen(spec->path, H5F_ACC_RDONLY, H5P_DEFAULT), spec->path, ""};
+  if (h.fid < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as HDF5", spec->path);
+  ss_source_format f;
+  ss_status st = choose_format(ctx, &h, spec, &f);
+  char data[SS_SOURCE_NAME_MAX + 8];
+  if (st == SS_OK && f == SS_FORMAT_NWB) st = nwb_locate(ctx, &h, spec->series);
+  if (st == SS_OK && f == SS_FORMAT_KWIK) st = kwik_locate(ctx, &h, spec->series);
+  snprintf(data, sizeof(data), "%s/data", h.group);
+  info->format = f;
+  ss_layout layout = f == SS_FORMAT_HDF5 ? spec->layout : SS_LAYOUT_TIME_MAJOR;
+  if (st == SS_OK) st = open_store(ctx, &h, f == SS_FORMAT_HDF5 ? spec->dataset : data, layout, info, store);
+  if (st == SS_OK) {
+    hid_t keep = h.fid < 0 ? store->h5file : h.fid; /* metadata reads need the file either way */
+    h.fid = keep;
+    st = f == SS_FORMAT_NWB ? nwb_metadata(ctx, &h, info)
+         : f == SS_FORMAT_KWIK ? kwik_metadata(ctx, &h, spec, info)
+                                : plain_metadata(ctx, &h, spec, info);
+    if (store->h5file == keep) h.fid = -1; /* owned by the store */
+  }
+  if (h.fid >= 0) H5Fclose(h.fid);
+  return st;
+}

@@ -1,0 +1,120 @@
+/* cmd_inspect.c — `spikestream inspect INPUT`: open a recording through the chunked source and
+ * describe it (format, rate, channels, duration, scale, positions). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/source.h"
+#include "src/cli/cli.h"
+
+static const char usage[] =
+    "usage: spikestream inspect INPUT [--series NAME] [--dataset PATH --rate HZ --layout L]\n"
+    "                           [--channels N --rate HZ --offset BYTES] [--format F] [options]\n\n"
+    "Open a recording (NWB 2.x, Kwik .raw.kwd, plain HDF5 or flat int16 binary; detected from the file)\n"
+    "and print its format, sampling rate, channels, duration, sample count, scale and whether it\n"
+    "carries channel positions.\n\n"
+    "  --series NAME     NWB: the ElectricalSeries under /acquisition (default: the first);\n"
+    "                    Kwik: the recording (default: 0)\n"
+    "  --dataset PATH    plain HDF5: the dataset holding the samples\n"
+    "  --rate HZ         sampling rate (plain HDF5 and binary; Kwik files without sample_rate)\n"
+    "  --layout L        plain HDF5: time-major (default) or channel-major\n"
+    "  --channels N      flat binary: channels per frame\n"
+    "  --offset BYTES    flat binary: header bytes to skip (default 0)\n"
+    "  --uv-per-step X   microvolts per step for formats without a scale\n"
+    "  --format F        auto (default), nwb, kwik, hdf5 or binary\n\noptions:\n" SS_CLI_COMMON_HELP;
+
+typedef struct {
+  ss_source_spec spec;
+  ss_ctx *ctx;
+} inspect_args;
+
+static int number(const char *opt, const char *arg, double min, double *out) {
+  char *end = NULL;
+  *out = strtod(arg, &end);
+  if (!*arg || *end || !(*out >= min))
+    return ss_cli_usage_error("inspect", "--%s: expected a number >= %g, got \"%s\"", opt, min, arg);
+  return 0;
+}
+
+static int on_option(int opt, const char *arg, void *user) {
+  inspect_args *a = user;
+  ss_source_spec *s = &a->spec;
+  double v = 0;
+  int code = 0;
+  switch (opt) {
+    case 's': s->series = arg; break;
+    case 'd': s->dataset = arg; break;
+    case 'r': code = number("rate", arg, 1e-9, &s->rate_hz); break;
+    case 'c':
+      code = number("channels", arg, 1, &v);
+      s->n_channels = (int)v;
+      if (!code && v != (int)v) code = ss_cli_usage_error("inspect", "--channels: expected an integer, got \"%s\"", arg);
+      break;
+    case 'o':
+      code = number("offset", arg, 0, &v);
+      s->byte_offset = (int64_t)v;
+      break;
+    case 'u': code = number("uv-per-step", arg, 1e-12, &s->uv_per_step); break;
+    case 'l':
+      if (ss_source_layout_parse(a->ctx, arg, &s->layout) != SS_OK)
+        code = ss_cli_usage_error("inspect", "--%s", ss_error_message(a->ctx));
+      break;
+    case 'f':
+      if (ss_source_format_parse(a->ctx, arg, &s->format) != SS_OK)
+        code = ss_cli_usage_error("inspect", "--%s", ss_error_message(a->ctx));
+      break;
+    default: code = ss_cli_usage_error("inspect", "unknown option");
+  }
+  return code;
+}
+
+static void print_scale(const ss_source_info *in) {
+  double lo = in->uv_per_step[0], hi = lo;
+  for (int c = 1; c < in->n_channels; c++) {
+    if (in->uv_per_step[c] < lo) lo = in->uv_per_step[c];
+    if (in->uv_per_step[c] > hi) hi = in->uv_per_step[c];
+  }
+  if (!in->scale_known) printf("scale:        unknown (1 uV per step assumed)\n");
+  else if (lo == hi) printf("scale:        %.9g uV per step, offset %.9g uV\n", lo, in->offset_uv);
+  else printf("scale:        %.9g .. %.9g uV per step (per channel), offset %.9g uV\n", lo, hi, in->offset_uv);
+  if (in->float_step > 0) printf("float data:   mapped to int16 with %.9g file units per step\n", in->float_step);
+}
+
+int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
+  static const struct option opts[] = {{"series", required_argument, NULL, 's'},
+                                       {"dataset", required_argument, NULL, 'd'},
+                                       {"rate", required_argument, NULL, 'r'},
+                                       {"layout", required_argument, NULL, 'l'},
+                                       {"channels", required_argument, NULL, 'c'},
+                                       {"offset", required_argument, NULL, 'o'},
+                                       {"uv-per-step", required_argument, NULL, 'u'},
+                                       {"format", required_argument, NULL, 'f'},
+                                       {0, 0, 0, 0}};
+  inspect_args a;
+  memset(&a, 0, sizeof(a));
+  a.ctx = ctx;
+  int first, code = ss_cli_parse(argc, argv, "inspect", opts, usage, ctx, on_option, &a, &first);
+  if (code >= 0) return code;
+  if (first != argc - 1) return ss_cli_usage_error("inspect", "expected one input file");
+  a.spec.path = argv[first];
+  ss_source *src = NULL;
+  ss_status st = ss_source_open(ctx, &a.spec, &src);
+  if (st != SS_OK) return ss_cli_finish("inspect", ctx, st);
+  const ss_source_info *in = ss_source_get_info(src);
+  printf("file:         %s\n", in->path);
+  printf("format:       %s\n", ss_source_format_name(in->format));
+  if (in->dataset[0])
+    printf("dataset:      %s (%s, %s)\n", in->dataset, in->dtype,
+           in->layout == SS_LAYOUT_TIME_MAJOR ? "time-major" : "channel-major");
+  else
+    printf("dataset:      flat binary (%s, channel-interleaved)\n", in->dtype);
+  printf("rate:         %.9g Hz%s\n", in->rate_hz, in->from_timestamps ? " (from regular timestamps)" : "");
+  printf("channels:     %d\n", in->n_channels);
+  printf("samples:      %lld\n", (long long)in->n_samples);
+  printf("duration:     %.3f s (starting at %.9g s)\n", in->duration_s, in->start_time_s);
+  print_scale(in);
+  printf("positions:    %s\n", in->has_positions ? "yes (electrodes table)" : "no");
+  printf("reader:       %s\n", in->threaded ? "direct reads with a prefetch thread" : "HDF5 library, caller's thread");
+  ss_source_close(src);
+  return 0;
+}
