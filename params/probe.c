@@ -94,7 +94,7 @@ static ss_status get_number(ss_ctx *ctx, const char *origin, const cJSON *item, 
 }
 
 static ss_status get_int(ss_ctx *ctx, const char *origin, const cJSON *item, const char *path, int *out) {
-  double v;
+  double v = 0;
   SS_TRY(get_number(ctx, origin, item, path, &v));
   if (v != floor(v) || fabs(v) > 1e9)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected an integer, got %g", origin, path, v);

@@ -12,6 +12,7 @@ static const ss_command commands[] = {
     {"params", "print the default parameters, check a parameter file, or document them", ss_cmd_params},
     {"probe", "load a probe file, validate it and show its adjacency", ss_cmd_probe},
     {"inspect", "describe a recording: format, rate, channels, duration, scale", ss_cmd_inspect},
+    {"knn", "classify points by k nearest neighbours (CSV, HDF5, .npy), CPU or GPU", ss_cmd_knn},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

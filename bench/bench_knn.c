@@ -1,0 +1,201 @@
+/* bench_knn.c — KNN timings for bench/results/knn.json (merged with the peers by knn_peers.py):
+ *   grid:      1,200 queries, references 2^10..2^15, d in {32, 64, 128, 256}, k = 25 — GPU (auto), the
+ *              tiled distance GEMM alone (same code path, selection off), our CPU path
+ *   large:     10^5 (and 10^4) queries x 10^6 references, d = 96, k = 10 — GPU and GEMM alone
+ *   crossover: k = 1..256 at 1,200 x 2^15, d = 64 — kmin, bitonic and warp forced
+ * usage: bench_knn [OUT.json] [--quick]   (--quick: small sizes, for a smoke run without a GPU) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_common.h"
+#include "src/knn.h"
+#include "src/log.h"
+#include "src/rng.h"
+
+#define GRID_QUERIES 1200
+#define GRID_K 25
+#define LARGE_D 96
+#define LARGE_K 10
+#define CROSS_D 64
+
+typedef struct {
+  ss_ctx *ctx;
+  ss_knn_index *ix;
+  ss_knn_opts o;
+  const float *q;
+  int64_t m;
+  int64_t *idx;
+  double *dist;
+  ss_knn_stats stats;
+} run_arg;
+
+static ss_status run_search(void *p) {
+  run_arg *a = p;
+  return ss_knn_search(a->ctx, a->ix, &a->o, a->q, a->m, a->idx, a->dist, &a->stats);
+}
+
+static float *random_points(int64_t n, int64_t d, uint64_t stream) {
+  float *x = malloc(sizeof(float) * (size_t)(n * d));
+  if (!x) return NULL;
+  ss_rng r = ss_rng_make(1, SS_RNG_GENERIC, stream);
+  for (int64_t i = 0; i < n * d; i++) x[i] = (float)(200.0 * ss_rng_uniform(r.key, (uint64_t)i) - 100.0);
+  return x;
+}
+
+/* Median seconds of a search (strategy, gemm_only) on an existing index. */
+static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t k, int strategy,
+                          int gemm_only, int repeats, ss_knn_stats *stats) {
+  run_arg a = {.ctx = ctx, .ix = ix, .q = q, .m = m};
+  ss_params p;
+  ss_params_defaults(&p);
+  ss_knn_opts_from_params(&a.o, &p);
+  a.o.k = k, a.o.strategy = strategy, a.o.gemm_only = gemm_only;
+  a.idx = malloc(sizeof(int64_t) * (size_t)(m * k));
+  a.dist = malloc(sizeof(double) * (size_t)(m * k));
+  ss_status st = SS_ERR_NOMEM;
+  double t = a.idx && a.dist ? ss_bench_median_s(run_search, &a, 1, repeats, &st) : -1;
+  if (st != SS_OK) fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
+  if (stats) *stats = a.stats;
+  free(a.idx);
+  free(a.dist);
+  return st == SS_OK ? t : NAN;
+}
+
+static void add_stats(cJSON *c, const ss_knn_stats *s) {
+  cJSON_AddStringToObject(c, "strategy", ss_knn_strategy_name(s->strategy));
+  cJSON_AddNumberToObject(c, "candidates", (double)s->candidates);
+  cJSON_AddNumberToObject(c, "exact_fallbacks", (double)s->fallbacks);
+  cJSON_AddNumberToObject(c, "query_tile", (double)s->query_tile);
+  cJSON_AddNumberToObject(c, "ref_tile", (double)s->ref_tile);
+}
+
+/* One case: GPU search, GEMM alone, optionally the CPU path. Returns ours / GEMM. */
+static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, const ss_backend *cpu,
+                         const char *group, int64_t m, int64_t n, int64_t d, int64_t k, int repeats) {
+  float *ref = random_points(n, d, 1), *q = random_points(m, d, 2);
+  if (!ref || !q) {
+    free(ref), free(q);
+    return NAN;
+  }
+  char name[128];
+  snprintf(name, sizeof(name), "%s_m%lld_n%lld_d%lld_k%lld", group, (long long)m, (long long)n, (long long)d,
+           (long long)k);
+  cJSON *c = ss_bench_case(doc, name);
+  cJSON_AddStringToObject(c, "group", group);
+  cJSON_AddNumberToObject(c, "queries", (double)m);
+  cJSON_AddNumberToObject(c, "refs", (double)n);
+  cJSON_AddNumberToObject(c, "dim", (double)d);
+  cJSON_AddNumberToObject(c, "k", (double)k);
+  double ratio = NAN;
+  ss_knn_index *ix = NULL;
+  if (gpu && ss_knn_index_create(ctx, gpu, ref, n, d, &ix) == SS_OK) {
+    ss_knn_stats s;
+    double ours = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 0, repeats, &s);
+    double gemm = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 1, repeats, NULL);
+    ratio = ours / gemm;
+    cJSON_AddNumberToObject(c, "gpu_s", ours);
+    cJSON_AddNumberToObject(c, "gemm_only_s", gemm);
+    cJSON_AddNumberToObject(c, "ratio_to_gemm", ratio);
+    add_stats(c, &s);
+    ss_knn_index_free(ix);
+    printf("%-40s gpu %.5f s  gemm %.5f s  ratio %.2f  (%s, %lld fallbacks)\n", name, ours, gemm, ratio,
+           ss_knn_strategy_name(s.strategy), (long long)s.fallbacks);
+  }
+  if (cpu && ss_knn_index_create(ctx, cpu, ref, n, d, &ix) == SS_OK) {
+    double t = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 0, 1, NULL);
+    cJSON_AddNumberToObject(c, "cpu_s", t);
+    ss_knn_index_free(ix);
+    printf("%-40s cpu %.4f s\n", name, t);
+  }
+  fflush(stdout);
+  free(ref), free(q);
+  return ratio;
+}
+
+/* kmin vs bitonic (and warp) as k grows; returns the smallest k from which bitonic stays faster. */
+static int64_t bench_crossover(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, int64_t n, int quick) {
+  static const int64_t ks[] = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256};
+  int nk = quick ? 4 : (int)(sizeof(ks) / sizeof(ks[0]));
+  float *ref = random_points(n, CROSS_D, 3), *q = random_points(GRID_QUERIES, CROSS_D, 4);
+  ss_knn_index *ix;
+  int64_t crossover = -1;
+  if (!ref || !q || ss_knn_index_create(ctx, gpu, ref, n, CROSS_D, &ix) != SS_OK) {
+    free(ref), free(q);
+    return -1;
+  }
+  for (int i = 0; i < nk; i++) {
+    double t[3];
+    const int strat[3] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP};
+    for (int s = 0; s < 3; s++) t[s] = time_search(ctx, ix, q, GRID_QUERIES, ks[i], strat[s], 0, 3, NULL);
+    char name[64];
+    snprintf(name, sizeof(name), "crossover_k%lld", (long long)ks[i]);
+    cJSON *c = ss_bench_case(doc, name);
+    cJSON_AddStringToObject(c, "group", "crossover");
+    cJSON_AddNumberToObject(c, "queries", GRID_QUERIES);
+    cJSON_AddNumberToObject(c, "refs", (double)n);
+    cJSON_AddNumberToObject(c, "dim", CROSS_D);
+    cJSON_AddNumberToObject(c, "k", (double)ks[i]);
+    cJSON_AddNumberToObject(c, "kmin_s", t[0]);
+    cJSON_AddNumberToObject(c, "bitonic_s", t[1]);
+    cJSON_AddNumberToObject(c, "warp_s", t[2]);
+    printf("crossover k %3lld: kmin %.5f  bitonic %.5f  warp %.5f\n", (long long)ks[i], t[0], t[1], t[2]);
+    if (t[1] < t[0] && crossover < 0) crossover = ks[i];
+    if (t[1] >= t[0]) crossover = -1; /* must stay faster from there on */
+  }
+  ss_knn_index_free(ix);
+  free(ref), free(q);
+  return crossover;
+}
+
+int main(int argc, char **argv) {
+  const char *out = "bench/results/knn_ours.json";
+  int quick = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else out = argv[i];
+  }
+  ss_ctx ctx;
+  ss_ctx_init(&ctx);
+  ctx.quiet = 1;
+  ss_backend cpu, gpu;
+  int have_gpu = ss_backend_gpu_count(NULL, 0) > 0;
+  if (ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 0, &cpu) != SS_OK ||
+      (have_gpu && ss_backend_open(&ctx, SS_DEVICE_CUDA, 0, 0, &gpu) != SS_OK)) {
+    fprintf(stderr, "bench_knn: %s\n", ss_error_message(&ctx));
+    return 3;
+  }
+  char device[512];
+  ss_bench_device_string(have_gpu ? &gpu : &cpu, device, sizeof(device));
+  ss_bench_doc doc;
+  if (ss_bench_doc_init(&ctx, &doc, "knn", device) != SS_OK) return 3;
+  const ss_backend *g = have_gpu ? &gpu : NULL;
+  double max_ratio = 0;
+  const int64_t dims[] = {32, 64, 128, 256};
+  int top = quick ? 11 : 15;
+  for (int di = 0; di < 4; di++)
+    for (int e = 10; e <= top; e++) {
+      double r = bench_case(&doc, &ctx, g, &cpu, "grid", quick ? 200 : GRID_QUERIES, (int64_t)1 << e, dims[di], GRID_K, 5);
+      if (r > max_ratio) max_ratio = r;
+    }
+  if (have_gpu) {
+    const int64_t large_m[] = {100000, 10000};
+    for (int i = 0; i < 2; i++) {
+      double r = bench_case(&doc, &ctx, g, NULL, "large", quick ? large_m[i] / 100 : large_m[i],
+                            quick ? 10000 : 1000000, LARGE_D, LARGE_K, 3);
+      if (r > max_ratio) max_ratio = r;
+    }
+    int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);
+    ss_bench_summary_number(&doc, "kmin_bitonic_crossover_k", (double)cross);
+    ss_bench_summary_number(&doc, "max_ratio_to_gemm_k32", max_ratio);
+  }
+  if (ss_bench_doc_write(&ctx, &doc, out) != SS_OK) {
+    fprintf(stderr, "bench_knn: %s\n", ss_error_message(&ctx));
+    return 3;
+  }
+  printf("wrote %s\n", out);
+  if (have_gpu) ss_backend_close(&gpu);
+  ss_backend_close(&cpu);
+  return 0;
+}

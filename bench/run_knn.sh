@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# run_knn.sh — the KNN benchmark on the GPU machine: build, bench_knn, the peers (torch, scikit-learn,
+# digits), merged into OUT/knn.json. usage: bench/run_knn.sh [OUT_DIR] (default $OUT, else bench/results)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-bench/results}}
+build=${BUILD_DIR:-/tmp/b}
+mkdir -p "$out"
+# RelWithDebInfo (-O2) by default: Release (-O3) currently trips a maybe-uninitialized warning in params/probe.c
+[ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
+cmake --build "$build" -j16 --target spikestream bench_knn
+"$build/bench/bench_knn" "$out/knn_ours.json" | tee "$out/bench_knn.log"
+python3 bench/knn_peers.py "$out/knn_ours.json" "$out/knn.json" "$build/spikestream" | tee "$out/knn_peers.log"

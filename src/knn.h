@@ -1,0 +1,172 @@
+/* knn.h — k-nearest-neighbour search and classification (DESIGN §8, docs/knn.md), CPU and CUDA.
+ *
+ * Two stages, the same on both backends:
+ *  1. candidates: squared L2 distances ‖x‖² + ‖y‖² − 2x·y in float on data centred by the
+ *     reference mean (clamped at 0), tiled over queries and references; the K' = k + margin
+ *     smallest by (approximate distance, index) are kept per query. On the GPU the cross term is
+ *     a cuBLAS SGEMM per tile and the selection is k-pass minimum, bitonic sort or a warp queue.
+ *  2. exact re-rank: the candidates' distances are recomputed exactly as ss_knn_exact_dist()
+ *     (double precision, fixed order, no fused multiply-add: bit-identical on CPU and GPU), sorted
+ *     by (exact distance, index) and cut to k. A certificate — the K'-th approximate distance minus
+ *     a rigorous bound on the float error exceeds the k-th exact distance — proves that no
+ *     non-candidate can belong to the top k; a query without it is answered by an exact full scan.
+ * Result contract: the k neighbours of a query are the first k references in the order
+ * (ss_knn_exact_dist, reference index), ties included, on every backend and strategy. */
+#ifndef SS_KNN_H
+#define SS_KNN_H
+
+#include <stdint.h>
+
+#include "params/params.h"
+#include "src/backend.h"
+#include "src/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__CUDACC__)
+#define SS_KNN_HD static inline __host__ __device__
+#else
+#define SS_KNN_HD static inline
+#endif
+
+/* Candidate margin: K' = k + SS_KNN_MARGIN_MIN + k / SS_KNN_MARGIN_DIV (at most the reference count). */
+#define SS_KNN_MARGIN_MIN 8
+#define SS_KNN_MARGIN_DIV 8
+/* The GPU keeps K' candidates per query in shared memory: K' is limited to this. */
+#define SS_KNN_GPU_MAX_CANDIDATES 2048
+/* Error bound of the float distance: SAFETY * (d + SLACK) * 2^-24 * (‖q'‖ + max ‖r'‖)². The
+ * (d + SLACK) u term covers the dot product, the two norms, the final sum and the centring. */
+#define SS_KNN_BOUND_SAFETY 2.0
+#define SS_KNN_BOUND_SLACK 8
+#define SS_KNN_FLT_UNIT_ROUNDOFF 5.9604644775390625e-08 /* 2^-24 */
+/* Incremental mode: queries per dependency block. */
+#define SS_KNN_INCREMENTAL_BLOCK 1024
+
+/* The exact distance: the one definition every backend ranks by. Each coordinate difference,
+ * square and sum is one correctly rounded double operation in index order; device code uses the
+ * _rn intrinsics so that nvcc cannot contract them into FMAs (the C side is built as ISO C11, where
+ * GCC does not contract either). */
+SS_KNN_HD double ss_knn_exact_dist(const float *a, const float *b, int64_t d) {
+  double s = 0.0;
+  for (int64_t j = 0; j < d; j++) {
+#if defined(__CUDA_ARCH__)
+    double t = __dsub_rn((double)a[j], (double)b[j]);
+    s = __dadd_rn(s, __dmul_rn(t, t));
+#else
+    double t = (double)a[j] - (double)b[j];
+    s = s + t * t;
+#endif
+  }
+  return s;
+}
+
+/* Rigorous bound on |approximate − exact| for a query of centred norm q_norm against references of
+ * centred norm at most r_norm_max (both Euclidean norms, not squared). */
+SS_KNN_HD double ss_knn_error_bound(int64_t d, double q_norm, double r_norm_max) {
+  double s = q_norm + r_norm_max;
+  return SS_KNN_BOUND_SAFETY * (double)(d + SS_KNN_BOUND_SLACK) * SS_KNN_FLT_UNIT_ROUNDOFF * s * s;
+}
+
+/* Candidates per query for k neighbours among n references. */
+SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
+  int64_t kc = k + SS_KNN_MARGIN_MIN + k / SS_KNN_MARGIN_DIV;
+  return kc < n ? kc : n;
+}
+
+typedef struct {
+  int64_t k;
+  int strategy;       /* ss_knn_strategy; the CPU always selects with a heap */
+  int64_t query_tile; /* queries per distance tile (GPU) */
+  int64_t ref_tile;   /* references per distance tile (GPU) */
+  int gemm_only;      /* benchmark hook: run only the tiled distance GEMM; outputs untouched */
+} ss_knn_opts;
+
+typedef struct {
+  int64_t candidates;  /* K' per query */
+  int64_t fallbacks;   /* queries answered by the exact full scan (no certificate) */
+  int strategy;        /* the GPU strategy that ran (auto resolved); SS_KNN_AUTO on the CPU */
+  int64_t query_tile, ref_tile; /* GPU tiles used */
+} ss_knn_stats;
+
+/* A reference set prepared for searches. `ref` is borrowed: it must outlive the index. The fields
+ * are private to src/knn.c and cuda/knn.cu. */
+typedef struct ss_knn_index {
+  const ss_backend *be;
+  int64_t n, d;
+  const float *ref;   /* n × d, original coordinates (borrowed) */
+  float *mean;        /* d: the reference mean the candidates stage centres by */
+  float *ref_c;       /* CPU: n × d centred */
+  float *ref_norm;    /* CPU: n squared centred norms */
+  double ref_norm_max; /* max Euclidean centred norm */
+  void *cuda;         /* device state (cuda/knn.cu) */
+} ss_knn_index;
+
+void ss_knn_opts_from_params(ss_knn_opts *o, const ss_params *p);
+const char *ss_knn_strategy_name(int strategy);
+
+ss_status ss_knn_index_create(ss_ctx *ctx, const ss_backend *be, const float *ref, int64_t n, int64_t d,
+                              ss_knn_index **out);
+void ss_knn_index_free(ss_knn_index *ix);
+
+/* The k nearest references of each query: idx[m × k] (reference indices), dist[m × k] (exact squared
+ * distances, may be NULL), sorted by (distance, index). stats may be NULL. Fails when k > n. */
+ss_status ss_knn_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
+                        int64_t *idx, double *dist, ss_knn_stats *stats);
+
+/* Majority vote over the labels of k neighbours given nearest first; a tie between classes goes to
+ * the class whose nearest member comes first. */
+int32_t ss_knn_vote(const int32_t *nb_labels, int64_t k);
+
+/* Classify m queries: labels[m], and optionally their neighbours (idx, dist: m × k). With
+ * `incremental`, query i is classified against the references plus queries 0..i−1 (reference index
+ * n + j for query j, carrying its predicted label): the serial algorithm's answer, computed by a
+ * bulk search plus blocks of SS_KNN_INCREMENTAL_BLOCK queries. */
+ss_status ss_knn_classify(ss_ctx *ctx, ss_knn_index *ix, const int32_t *ref_labels, const ss_knn_opts *o,
+                          const float *query, int64_t m, int incremental, int32_t *labels, int64_t *idx,
+                          double *dist, ss_knn_stats *stats);
+
+/* k-fold cross-validated accuracy over labelled points (fold of point i: its position in a seeded
+ * shuffle modulo `folds`). *correct counts the points predicted right. */
+ss_status ss_knn_cross_validate(ss_ctx *ctx, const ss_backend *be, const ss_knn_opts *o, const float *x,
+                                const int32_t *labels, int64_t n, int64_t d, int64_t folds, uint64_t seed,
+                                int64_t *correct);
+
+/* Backends (called by the dispatchers above). The CUDA search fills the top k after the exact
+ * re-rank and a certificate flag per query; the caller completes uncertified queries. */
+ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
+                            int64_t *idx, double *dist, ss_knn_stats *stats);
+/* Exact full scan of one query (the fallback and the tests' yardstick): the first k references in
+ * (ss_knn_exact_dist, index) order. */
+void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx,
+                       double *dist);
+ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix);
+void ss_knn_cuda_index_free(ss_knn_index *ix);
+ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
+                             int64_t *idx, double *dist, uint8_t *certified, ss_knn_stats *stats);
+
+/* The CSV layout of the stand-alone tool: a first line "numels,newels,classes,dim" (four integers;
+ * a line with those literal names before it is skipped), then numels + newels rows of dim
+ * coordinates and a class in [0, classes), or −1 for a point to classify. */
+typedef struct {
+  int64_t n_points, dim, classes;
+  int64_t n_labelled, n_new;
+  float *x;       /* n_points × dim */
+  int32_t *label; /* n_points; −1 = to classify */
+} ss_knn_table;
+
+ss_status ss_knn_csv_read(ss_ctx *ctx, const char *path, ss_knn_table *t);
+/* Writes the header "n_points,0,classes,dim" when every row is labelled, else the counts. NULL
+ * path or "-" writes to stdout. Atomic for files. */
+ss_status ss_knn_csv_write(ss_ctx *ctx, const char *path, const ss_knn_table *t);
+/* A random table: `classes` Gaussian blobs with centres and points in [−100, 100] (seeded, purpose
+ * SS_RNG_KNN_GENERATE); n_train labelled rows, then n_new rows with class −1. */
+ss_status ss_knn_generate(ss_ctx *ctx, int64_t n_train, int64_t n_new, int64_t classes, int64_t dim, uint64_t seed,
+                          ss_knn_table *t);
+void ss_knn_table_free(ss_knn_table *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

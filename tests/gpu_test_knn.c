@@ -1,0 +1,175 @@
+/* gpu_test_knn.c — GPU group: the CUDA KNN gives the CPU's neighbours exactly (indices and
+ * distances) for every strategy, tile shape, k > 64 and ties; incremental mode on the GPU; the CLI
+ * gives identical files on both devices. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "src/knn.h"
+#include "src/rng.h"
+#include "ss_test.h"
+
+static float *random_points(int64_t n, int64_t d, uint64_t stream, int grid) {
+  float *x = malloc(sizeof(float) * (size_t)(n * d));
+  ss_rng r = ss_rng_make((uint64_t)time(NULL), SS_RNG_TEST, stream);
+  for (int64_t i = 0; i < n * d; i++)
+    x[i] = grid ? (float)ss_rng_next_below(&r, 3) : (float)(200.0 * ss_rng_next_uniform(&r) - 100.0);
+  return x;
+}
+
+static ss_backend open_be(ss_device_kind kind) {
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend be;
+  assert_int_equal(ss_backend_open(&ctx, kind, 0, 0, &be), SS_OK);
+  return be;
+}
+
+typedef struct {
+  int64_t n, m, d, k, query_tile, ref_tile;
+  int grid;
+} gpu_case;
+
+static void compare_case(const gpu_case *c, uint64_t stream) {
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend cpu = open_be(SS_DEVICE_CPU), gpu = open_be(SS_DEVICE_CUDA);
+  float *ref = random_points(c->n, c->d, stream, c->grid), *q = random_points(c->m, c->d, stream + 1, c->grid);
+  int64_t mk = c->m * c->k, ties = 0;
+  int64_t *ci = malloc(sizeof(int64_t) * mk), *gi = malloc(sizeof(int64_t) * mk);
+  double *cd = malloc(sizeof(double) * mk), *gd = malloc(sizeof(double) * mk);
+  ss_knn_index *cx, *gx;
+  assert_int_equal(ss_knn_index_create(&ctx, &cpu, ref, c->n, c->d, &cx), SS_OK);
+  assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, c->n, c->d, &gx), SS_OK);
+  ss_knn_opts o = {.k = c->k, .query_tile = c->query_tile, .ref_tile = c->ref_tile};
+  assert_int_equal(ss_knn_search(&ctx, cx, &o, q, c->m, ci, cd, NULL), SS_OK);
+  for (int64_t i = 0; i < c->m; i++)
+    for (int64_t r = 0; r + 1 < c->k; r++) ties += cd[i * c->k + r] == cd[i * c->k + r + 1];
+  const int strategies[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP, SS_KNN_AUTO};
+  for (int s = 0; s < 4; s++) {
+    o.strategy = strategies[s];
+    ss_knn_stats st;
+    if (ss_knn_search(&ctx, gx, &o, q, c->m, gi, gd, &st) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+    int64_t diff = 0;
+    for (int64_t i = 0; i < mk; i++) diff += ci[i] != gi[i] || cd[i] != gd[i];
+    printf("n %lld m %lld d %lld k %lld tiles %lldx%lld grid %d, %s: %lld differences, %lld ties, %lld fallbacks\n",
+           (long long)c->n, (long long)c->m, (long long)c->d, (long long)c->k, (long long)st.query_tile,
+           (long long)st.ref_tile, c->grid, ss_knn_strategy_name(st.strategy), (long long)diff, (long long)ties,
+           (long long)st.fallbacks);
+    assert_int_equal(diff, 0);
+  }
+  ss_knn_index_free(cx);
+  ss_knn_index_free(gx);
+  free(ref), free(q), free(ci), free(gi), free(cd), free(gd);
+  ss_backend_close(&cpu);
+  ss_backend_close(&gpu);
+}
+
+static void cpu_gpu_identical(void **state) {
+  (void)state;
+  const gpu_case cases[] = {
+      {5000, 700, 3, 1, 4096, 65536, 0},
+      {10007, 300, 37, 25, 4096, 65536, 0},
+      {3001, 200, 128, 100, 4096, 65536, 0},   /* k > 64 */
+      {70001, 150, 16, 10, 4096, 65536, 0},    /* two reference tiles, the last one short */
+      {20011, 1001, 24, 70, 333, 4999, 0},     /* small odd tiles: many of both kinds */
+      {9000, 400, 3, 15, 4096, 65536, 1},      /* coordinates in {0,1,2}: exact ties everywhere */
+      {600, 50, 8, 600, 4096, 65536, 0},       /* k = n */
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
+}
+
+static void incremental_identical(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend cpu = open_be(SS_DEVICE_CPU), gpu = open_be(SS_DEVICE_CUDA);
+  const int64_t n = 2000, m = 2500, d = 6, k = 9;
+  float *ref = random_points(n, d, 31, 0), *q = random_points(m, d, 32, 0);
+  int32_t *lab = malloc(sizeof(int32_t) * n), *a = malloc(sizeof(int32_t) * m), *b = malloc(sizeof(int32_t) * m);
+  int64_t *ai = malloc(sizeof(int64_t) * m * k), *bi = malloc(sizeof(int64_t) * m * k);
+  for (int64_t i = 0; i < n; i++) lab[i] = (int32_t)((i * 7) % 4);
+  ss_knn_index *cx, *gx;
+  assert_int_equal(ss_knn_index_create(&ctx, &cpu, ref, n, d, &cx), SS_OK);
+  assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, n, d, &gx), SS_OK);
+  ss_knn_opts o = {.k = k, .query_tile = 4096, .ref_tile = 65536};
+  assert_int_equal(ss_knn_classify(&ctx, cx, lab, &o, q, m, 1, a, ai, NULL, NULL), SS_OK);
+  assert_int_equal(ss_knn_classify(&ctx, gx, lab, &o, q, m, 1, b, bi, NULL, NULL), SS_OK);
+  for (int64_t i = 0; i < m; i++) assert_int_equal(a[i], b[i]);
+  for (int64_t i = 0; i < m * k; i++) assert_int_equal(ai[i], bi[i]);
+  ss_knn_index_free(cx);
+  ss_knn_index_free(gx);
+  free(ref), free(q), free(lab), free(a), free(b), free(ai), free(bi);
+  ss_backend_close(&cpu);
+  ss_backend_close(&gpu);
+}
+
+static void k_beyond_gpu_limit(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend gpu = open_be(SS_DEVICE_CUDA);
+  const int64_t n = 3000, d = 2, k = 2000;
+  float *ref = random_points(n, d, 41, 0);
+  int64_t *idx = malloc(sizeof(int64_t) * k);
+  ss_knn_index *gx;
+  assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, n, d, &gx), SS_OK);
+  ss_knn_opts o = {.k = k, .query_tile = 4096, .ref_tile = 65536};
+  assert_int_equal(ss_knn_search(&ctx, gx, &o, ref, 1, idx, NULL, NULL), SS_ERR_UNSUPPORTED);
+  assert_string_equal(ss_error_message(&ctx), "knn: k = 2000 needs 2258 candidates per query, more than the GPU "
+                                              "limit of 2048 (use --device cpu)");
+  ss_knn_index_free(gx);
+  free(ref), free(idx);
+  ss_backend_close(&gpu);
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *b = malloc((size_t)n + 1);
+  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+  b[n] = '\0';
+  fclose(f);
+  return b;
+}
+
+/* Acceptance 3: --generate 10000 1000 5 3, then knn on both devices: identical outputs. */
+static void cli_both_devices(void **state) {
+  (void)state;
+  char gen[512], oc[512], og[512], args[2048], *so, *se;
+  ss_test_path(gen, sizeof(gen), "gen.csv");
+  ss_test_path(oc, sizeof(oc), "cpu.csv");
+  ss_test_path(og, sizeof(og), "gpu.csv");
+  snprintf(args, sizeof(args), "knn --generate 10000 1000 5 3 -o '%s'", gen);
+  assert_int_equal(ss_test_run_cli(args, &so, &se), 0);
+  free(so), free(se);
+  const char *modes[] = {"", "--incremental"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof(args), "knn '%s' %s --device cpu -o '%s'", gen, modes[i], oc);
+    assert_int_equal(ss_test_run_cli(args, &so, &se), 0);
+    printf("%s", se);
+    free(so), free(se);
+    snprintf(args, sizeof(args), "knn '%s' %s --device cuda -o '%s'", gen, modes[i], og);
+    assert_int_equal(ss_test_run_cli(args, &so, &se), 0);
+    printf("%s", se);
+    free(so), free(se);
+    char *a = slurp(oc), *b = slurp(og);
+    assert_string_equal(a, b);
+    free(a), free(b);
+  }
+}
+
+int main(void) {
+  ss_test_require_gpu();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(cpu_gpu_identical),
+      cmocka_unit_test(incremental_identical),
+      cmocka_unit_test(k_beyond_gpu_limit),
+      cmocka_unit_test(cli_both_devices),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
