@@ -19,6 +19,8 @@ int ss_cmd_info(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_params(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx);
+int ss_cmd_simulate(int argc, char **argv, ss_ctx *ctx);
+int ss_cmd_compare(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_knn(int argc, char **argv, ss_ctx *ctx);
 
 /* Options every command accepts; handle with ss_cli_common_option() in the getopt loop. */
@@ -41,7 +43,7 @@ int ss_cli_common_option(int opt, const char *usage, ss_ctx *ctx, int *exit_code
 typedef int (*ss_cli_option_fn)(int opt, const char *arg, void *user);
 
 /* Parse argv: the common options are handled here, `opts` (terminated by a zero row; may be NULL)
- * go to fn. Returns -1 when the command should go on, with positional arguments at
+ * go to fn; an option whose `val` is a letter or digit also has that short form (-o FILE). Returns -1 when the command should go on, with positional arguments at
  * argv[*first_arg .. argc), or the exit code to return (help: 0, usage error: 2). */
 int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
                  ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg);

@@ -1,4 +1,5 @@
 /* main.c — `spikestream <command> [options]`: the command table and dispatch. */
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,8 @@ static const ss_command commands[] = {
     {"params", "print the default parameters, check a parameter file, or document them", ss_cmd_params},
     {"probe", "load a probe file, validate it and show its adjacency", ss_cmd_probe},
     {"inspect", "describe a recording: format, rate, channels, duration, scale", ss_cmd_inspect},
+    {"simulate", "write a simulated recording with ground truth (NWB or binary)", ss_cmd_simulate},
+    {"compare", "score a sorting against ground truth (SpikeInterface conventions)", ss_cmd_compare},
     {"knn", "classify points by k nearest neighbours (CSV, HDF5, .npy), CPU or GPU", ss_cmd_knn},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -57,9 +60,18 @@ int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *op
   for (size_t i = 0; i < sizeof(common) / sizeof(common[0]); i++) all[n++] = common[i];
   for (size_t i = 0; opts && opts[i].name && n < SS_CLI_MAX_OPTIONS; i++) all[n++] = opts[i];
   memset(&all[n], 0, sizeof(all[n]));
+  /* A command option whose value is a letter also answers to that letter (-o FILE). */
+  char shortopts[3 * SS_CLI_MAX_OPTIONS + 8] = SS_CLI_COMMON_SHORTOPTS;
+  size_t len = strlen(shortopts);
+  for (size_t i = 0; opts && opts[i].name && i < SS_CLI_MAX_OPTIONS; i++) {
+    if (opts[i].flag || opts[i].val > 127 || !isalnum(opts[i].val)) continue;
+    shortopts[len++] = (char)opts[i].val;
+    if (opts[i].has_arg == required_argument) shortopts[len++] = ':';
+  }
+  shortopts[len] = '\0';
   optind = 1;
   int opt, code;
-  while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS, all, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, shortopts, all, NULL)) != -1) {
     if (ss_cli_common_option(opt, usage_text, ctx, &code)) {
       if (code >= 0) return code;
       continue;
