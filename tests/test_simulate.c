@@ -349,6 +349,10 @@ static void command_line(void **state) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   assert_int_equal(ss_nwb_check(&ctx, path), SS_OK);
+  snprintf(args, sizeof(args), "inspect --check-nwb '%s'", path);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
+  assert_non_null(strstr(out, "nwb check:    ok"));
+  free(out), free(err);
   ss_test_path(path, sizeof(path), "clib");
   snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration 1 --units 2 --rate 20000 --quiet", path);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 0);

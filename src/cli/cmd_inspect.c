@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/nwb_check.h"
 #include "io/source.h"
 #include "src/cli/cli.h"
 
@@ -21,11 +22,14 @@ static const char usage[] =
     "  --channels N      flat binary: channels per frame\n"
     "  --offset BYTES    flat binary: header bytes to skip (default 0)\n"
     "  --uv-per-step X   microvolts per step for formats without a scale\n"
-    "  --format F        auto (default), nwb, kwik, hdf5 or binary\n\noptions:\n" SS_CLI_COMMON_HELP;
+    "  --format F        auto (default), nwb, kwik, hdf5 or binary\n"
+    "  --check-nwb       also run the NWB 2.x structural check (paths, attributes, neurodata types,\n"
+    "                    tables, references); exit 1 with one line per problem\n\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;
   ss_ctx *ctx;
+  int check_nwb;
 } inspect_args;
 
 static int number(const char *opt, const char *arg, double min, double *out) {
@@ -63,6 +67,7 @@ static int on_option(int opt, const char *arg, void *user) {
       if (ss_source_format_parse(a->ctx, arg, &s->format) != SS_OK)
         code = ss_cli_usage_error("inspect", "--%s", ss_error_message(a->ctx));
       break;
+    case 'K': a->check_nwb = 1; break;
     default: code = ss_cli_usage_error("inspect", "unknown option");
   }
   return code;
@@ -89,6 +94,7 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
                                        {"offset", required_argument, NULL, 'o'},
                                        {"uv-per-step", required_argument, NULL, 'u'},
                                        {"format", required_argument, NULL, 'f'},
+                                       {"check-nwb", no_argument, NULL, 'K'},
                                        {0, 0, 0, 0}};
   inspect_args a;
   memset(&a, 0, sizeof(a));
@@ -116,5 +122,8 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   printf("positions:    %s\n", in->has_positions ? "yes (electrodes table)" : "no");
   printf("reader:       %s\n", in->threaded ? "direct reads with a prefetch thread" : "HDF5 library, caller's thread");
   ss_source_close(src);
+  if (!a.check_nwb) return 0;
+  if ((st = ss_nwb_check(ctx, a.spec.path)) != SS_OK) return ss_cli_finish("inspect", ctx, st);
+  printf("nwb check:    ok\n");
   return 0;
 }
