@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The main job on built-in demo data: build, then show the machine, check the example parameters
-# and the shipped 32-channel probe. (Later issues make this simulate, sort and score a recording.)
+# The main job on built-in demo data: build, simulate a 60 s 32-channel recording with ground truth
+# on the shipped probe, describe and check it, and score its ground truth against itself. (The
+# sorting issue replaces the last step with `sort` + `compare`.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
@@ -8,6 +9,7 @@ ss=${SPIKESTREAM_BUILD_DIR:-build}/spikestream
 demo=${SPIKESTREAM_DEMO_DIR:-out/demo}
 mkdir -p "$demo"
 "$ss" info
-"$ss" params --check params/examples/klusta.json
-"$ss" probe params/probes/two_column_32.json --channels 32 | head -n 6
+"$ss" simulate -o "$demo/sim.nwb" --duration 60 --seed 1 --quiet | head -n 1
+"$ss" inspect --check-nwb "$demo/sim.nwb"
+"$ss" compare "$demo/sim.nwb" "$demo/sim.nwb" --json "$demo/compare.json" | tail -n 4
 echo "demo: done (outputs in $demo)"
