@@ -18,6 +18,7 @@ typedef struct {
 int ss_cmd_info(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_params(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx);
+int ss_cmd_kmeans(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_simulate(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_compare(int argc, char **argv, ss_ctx *ctx);

@@ -12,6 +12,7 @@ static const ss_command commands[] = {
     {"info", "version, build options, backends and GPUs", ss_cmd_info},
     {"params", "print the default parameters, check a parameter file, or document them", ss_cmd_params},
     {"probe", "load a probe file, validate it and show its adjacency", ss_cmd_probe},
+    {"kmeans", "k-means clustering of a feature matrix or of image patches", ss_cmd_kmeans},
     {"inspect", "describe a recording: format, rate, channels, duration, scale", ss_cmd_inspect},
     {"simulate", "write a simulated recording with ground truth (NWB or binary)", ss_cmd_simulate},
     {"compare", "score a sorting against ground truth (SpikeInterface conventions)", ss_cmd_compare},
