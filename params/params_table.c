@@ -31,10 +31,12 @@ const ss_param_spec ss_param_table[] = {
     INT("seed", seed, 1, 0, I64_MAX, "Seed of every random choice (counter-based generator)."),
 
     NUM("io.chunk_s", io.chunk_s, 1.0, 0, 3600, 1, 0, "Chunk length in seconds streamed through the pipeline."),
-    NUM("io.margin_ms", io.margin_ms, 15.0, 0, 10000, 0, 0,
-        "Margin on each side of a chunk, so filtering and detection see no seams (Klusta: 15 ms)."),
+    NUM("io.margin_ms", io.margin_ms, 25.0, 0, 10000, 0, 0,
+        "Margin on each side of a chunk, so filtering and detection see no seams (Klusta: 15 ms; "
+        "a 300 Hz band edge needs about 17 ms to settle)."),
 
-    NUM("filter.low_hz", filter.low_hz, 500.0, 0, INF, 1, 0, "Band-pass low corner in Hz."),
+    NUM("filter.low_hz", filter.low_hz, 300.0, 0, INF, 1, 0,
+        "Band-pass low corner in Hz (Klusta: 500; see docs/architecture.md)."),
     NUM("filter.high_nyquist_fraction", filter.high_nyquist_fraction, 0.95, 0, 1, 1, 1,
         "Band-pass high corner as a fraction of the Nyquist frequency."),
     INT("filter.order", filter.order, 3, 1, 8, "Butterworth order of each band edge."),
@@ -47,7 +49,8 @@ const ss_param_spec ss_param_table[] = {
     NUM("detect.excerpt_s", detect.excerpt_s, 1.0, 0, 3600, 1, 0, "Length of each noise excerpt in seconds."),
     NUM("detect.weak_std", detect.weak_std, 2.0, 0, INF, 1, 0,
         "Weak threshold in noise standard deviations (median(|x|)/0.6745)."),
-    NUM("detect.strong_std", detect.strong_std, 4.5, 0, INF, 1, 0, "Strong threshold in noise standard deviations."),
+    NUM("detect.strong_std", detect.strong_std, 4.0, 0, INF, 1, 0,
+        "Strong threshold in noise standard deviations (Klusta: 4.5; see docs/architecture.md)."),
     ENUM("detect.polarity", detect.polarity, SS_POLARITY_NEGATIVE, polarity_opts, "Sign of the spikes to detect."),
     INT("detect.join_size", detect.join_size, 1, 0, 1000,
         "Samples apart that threshold crossings on adjacent channels may be and still join."),

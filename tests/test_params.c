@@ -15,9 +15,9 @@ static void defaults_follow_klusta(void **state) {
   ss_params p;
   ss_params_defaults(&p);
   assert_true(p.detect.weak_std == 2.0);
-  assert_true(p.detect.strong_std == 4.5);
+  assert_true(p.detect.strong_std == 4.0);
   assert_int_equal(p.filter.order, 3);
-  assert_true(p.filter.low_hz == 500.0);
+  assert_true(p.filter.low_hz == 300.0);
   assert_int_equal(p.detect.polarity, SS_POLARITY_NEGATIVE);
   assert_int_equal(p.features.n_pcs, 3);
   assert_int_equal(p.mask_em.num_starting_clusters, 500);
@@ -95,7 +95,7 @@ static void cross_field_validation(void **state) {
   ss_test_ctx(&ctx);
   ss_params p;
   assert_int_equal(apply(&ctx, "{\"detect\": {\"weak_std\": 5}}", &p), SS_ERR_INPUT);
-  assert_string_equal(ss_error_message(&ctx), "detect.weak_std: must be below detect.strong_std (5 >= 4.5)");
+  assert_string_equal(ss_error_message(&ctx), "detect.weak_std: must be below detect.strong_std (5 >= 4)");
 }
 
 static void set_by_path(void **state) {
@@ -128,7 +128,7 @@ static void defaults_round_trip(void **state) {
   assert_memory_equal(&def, &back, sizeof(def));
   free(json);
   char *doc = ss_params_doc_markdown();
-  assert_non_null(strstr(doc, "| `detect.strong_std` | 4.5 | a number > 0 |"));
+  assert_non_null(strstr(doc, "| `detect.strong_std` | 4 | a number > 0 |"));
   free(doc);
 }
 

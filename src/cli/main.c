@@ -17,6 +17,7 @@ static const ss_command commands[] = {
     {"simulate", "write a simulated recording with ground truth (NWB or binary)", ss_cmd_simulate},
     {"compare", "score a sorting against ground truth (SpikeInterface conventions)", ss_cmd_compare},
     {"knn", "classify points by k nearest neighbours (CSV, HDF5, .npy), CPU or GPU", ss_cmd_knn},
+    {"detect", "front end alone: filter, detect, align, PCA features and masks", ss_cmd_detect},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

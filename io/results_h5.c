@@ -1,0 +1,97 @@
+/* results_h5.c — writes the results file's stable core (layout: results_h5.h, docs/formats.md). */
+#include "io/results_h5.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "io/h5_util.h"
+
+ss_status ss_results_dataset(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int64_t rows, int64_t cols,
+                             const void *data, const char *file) {
+  hsize_t dims[2] = {(hsize_t)rows, (hsize_t)cols};
+  hid_t space = H5Screate_simple(cols > 0 ? 2 : 1, dims, NULL);
+  hid_t d = space < 0 ? -1 : H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t w = d < 0 ? -1 : (rows * (cols > 0 ? cols : 1) > 0 ? H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0);
+  if (d >= 0) H5Dclose(d);
+  if (space >= 0) H5Sclose(space);
+  if (d < 0 || w < 0) return ss_fail(ctx, SS_ERR_IO, "%s: %s: cannot write the dataset", file, name);
+  return SS_OK;
+}
+
+static ss_status check_core(ss_ctx *ctx, const char *path, const ss_results_core *c) {
+  if (!(c->sample_rate > 0) || !isfinite(c->sample_rate))
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: sample_rate: expected > 0, got %g", path, c->sample_rate);
+  if (c->n_channels <= 0 || c->n_pcs <= 0 || c->n < 0)
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: shape: %lld spikes, %d channels, %d PCs", path, (long long)c->n,
+                   c->n_channels, c->n_pcs);
+  return SS_OK;
+}
+
+static ss_status write_core(ss_ctx *ctx, hid_t f, const char *path, const ss_results_core *c) {
+  const int64_t n = c->n;
+  SS_TRY(ss_h5_attr_f64(ctx, f, "sample_rate", c->sample_rate, path));
+  SS_TRY(ss_h5_attr_i32(ctx, f, "n_channels", c->n_channels, path));
+  SS_TRY(ss_h5_attr_i32(ctx, f, "n_pcs", c->n_pcs, path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "version", SS_VERSION, path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "software", "spikestream", path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "commit", SS_GIT_COMMIT, path));
+  hid_t g = H5Gcreate2(f, "spikes", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (g < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create /spikes", path);
+  double *secs = NULL;
+  ss_status st = SS_ALLOC(ctx, secs, (size_t)(n > 0 ? n : 1), "spike times in seconds");
+  for (int64_t i = 0; st == SS_OK && i < n; i++)
+    secs[i] = ((double)c->time_samples[i] + c->time_fraction[i]) / c->sample_rate;
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "time_samples", H5T_NATIVE_INT64, n, 0, c->time_samples, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "time_fraction", H5T_NATIVE_FLOAT, n, 0, c->time_fraction, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "time_s", H5T_NATIVE_DOUBLE, n, 0, secs, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "peak_channel", H5T_NATIVE_INT32, n, 0, c->peak_channel, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "amplitude", H5T_NATIVE_FLOAT, n, 0, c->amplitude, path);
+  if (st == SS_OK && c->cluster) st = ss_results_dataset(ctx, g, "cluster", H5T_NATIVE_INT32, n, 0, c->cluster, path);
+  free(secs);
+  H5Gclose(g);
+  SS_TRY(st);
+  SS_TRY(ss_results_dataset(ctx, f, "features", H5T_NATIVE_FLOAT, n, (int64_t)c->n_channels * c->n_pcs, c->features,
+                            path));
+  SS_TRY(ss_results_dataset(ctx, f, "masks", H5T_NATIVE_FLOAT, n, c->n_channels, c->masks, path));
+  return ss_h5_dataset_str(ctx, f, "params", c->params_json ? c->params_json : "{}", path);
+}
+
+ss_status ss_results_begin(ss_ctx *ctx, const char *path, const ss_results_core *core, ss_results_file *rf) {
+  memset(rf, 0, sizeof(*rf));
+  rf->file = -1;
+  SS_TRY(check_core(ctx, path, core));
+  ss_h5_quiet();
+  SS_TRY(ss_atomic_begin(ctx, &rf->af, path, 0));
+  rf->file = H5Fcreate(rf->af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (rf->file < 0) {
+    ss_atomic_abort(&rf->af);
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the file", path);
+  }
+  ss_status st = write_core(ctx, rf->file, path, core);
+  if (st != SS_OK) ss_results_abort(rf);
+  return st;
+}
+
+ss_status ss_results_commit(ss_ctx *ctx, ss_results_file *rf) {
+  herr_t e = H5Fclose(rf->file);
+  rf->file = -1;
+  if (e < 0) {
+    ss_atomic_abort(&rf->af);
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", rf->af.final_path);
+  }
+  return ss_atomic_commit(ctx, &rf->af);
+}
+
+void ss_results_abort(ss_results_file *rf) {
+  if (rf->file >= 0) H5Fclose(rf->file);
+  rf->file = -1;
+  ss_atomic_abort(&rf->af);
+}
+
+ss_status ss_results_write(ss_ctx *ctx, const char *path, const ss_results_core *core) {
+  ss_results_file rf;
+  SS_TRY(ss_results_begin(ctx, path, core, &rf));
+  return ss_results_commit(ctx, &rf);
+}

@@ -1,0 +1,111 @@
+/* detect.h — spike detection by flood fill over (time × probe adjacency), alignment and waveforms.
+ *
+ * Nodes are samples whose polarity-signed value exceeds the channel's weak threshold; two nodes join
+ * when their channels are equal or adjacent on the probe and their samples at most join_size apart.
+ * A connected component is one spike when it holds a node above the strong threshold. Dead channels
+ * (probe `connected: false`) make no nodes. For each spike:
+ *  - time: centre of mass of the component's sample indices with weights (value/strong)², a
+ *    fraction of a sample; reported as the nearest sample plus a fraction in [−0.5, 0.5);
+ *  - peak channel: the channel of the node with the largest (value − weak)/(strong − weak);
+ *    amplitude: the filtered value there (signed, in the data's units);
+ *  - masks: per channel clip((peak − weak)/(strong − weak), 0, 1) with the channel's largest value in
+ *    the component, 0 on channels the component never touched (1 on the peak channel);
+ *  - waveform: every channel at the spike time − n_before … + n_after − 1 samples, cut by cubic
+ *    (Catmull–Rom) interpolation at the sub-sample time; samples outside the block read as 0.
+ * Exactly once across chunks: a component belongs to the block region that holds its first sample
+ * (the `own` rows); the driver gives each chunk margins wider than any component.
+ * The CUDA twin comes later; the dispatching entry point takes the backend. */
+#ifndef SS_DETECT_H
+#define SS_DETECT_H
+
+#include <stdint.h>
+
+#include "params/params.h"
+#include "params/probe.h"
+#include "src/backend.h"
+#include "src/status.h"
+#include "src/threshold.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The probe graph over recording channels (columns). */
+typedef struct {
+  int n_channels;
+  int *use;       /* [n_channels]: 1 = connected */
+  int *adj_start; /* CSR over channels */
+  int *adj;
+} ss_detect_graph;
+
+ss_status ss_detect_graph_from_probe(ss_ctx *ctx, const ss_probe *probe, int n_channels, ss_detect_graph *g);
+void ss_detect_graph_free(ss_detect_graph *g);
+
+typedef struct {
+  int join_size;
+  int n_before, n_after; /* waveform window in samples; n_before + n_after samples per channel */
+} ss_detect_config;
+
+/* detect.join_size and the waveform window scaled to rate_hz: round(before_ms · rate / 1000), ... */
+ss_status ss_detect_config_from_params(ss_ctx *ctx, const ss_params *p, double rate_hz, ss_detect_config *cfg);
+
+/* A growing table of detected spikes. waveforms are kept only when keep_waveforms is set. */
+typedef struct {
+  int64_t n, cap;
+  int n_channels;
+  int n_wave;          /* samples per channel in a waveform */
+  int keep_waveforms;
+  int64_t *time_samples;
+  float *time_fraction;
+  int32_t *peak_channel;
+  float *amplitude;
+  float *masks;        /* [n × n_channels] */
+  float *waveforms;    /* [n × n_channels × n_wave] (channel-major inside a spike) when kept */
+  int64_t n_truncated; /* owned components that touched the end of the search region (margin too small) */
+} ss_spike_list;
+
+ss_status ss_spike_list_init(ss_ctx *ctx, ss_spike_list *l, int n_channels, int n_wave, int keep_waveforms);
+/* Append `src` to `dst` (same shape). */
+ss_status ss_spike_list_append(ss_ctx *ctx, ss_spike_list *dst, const ss_spike_list *src);
+void ss_spike_list_clear(ss_spike_list *l);
+void ss_spike_list_free(ss_spike_list *l);
+
+/* A filtered block and the rows detection looks at. */
+typedef struct {
+  const float *x;      /* [n_rows × n_channels], time-major */
+  int64_t n_rows;
+  int64_t row0_sample; /* recording sample index of row 0 */
+  int64_t search_begin, search_end; /* rows where nodes are collected */
+  int64_t own_begin, own_end;       /* a component is reported when its first row lies here */
+} ss_detect_block;
+
+/* Scratch reused between calls (one per thread). Zero-initialise; free with ss_detect_work_free. */
+typedef struct {
+  int64_t cap;
+  int32_t *row;
+  int32_t *chan;
+  float *value;
+  int32_t *parent;
+  int32_t *order;
+  int32_t *start;
+  int32_t *ring;
+  float *peak;  /* [n_channels] */
+  int ring_cap;
+} ss_detect_work;
+void ss_detect_work_free(ss_detect_work *w);
+
+/* Detect the spikes of one block and append them to out (in order of their first node). */
+ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
+                              const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
+                              ss_detect_work *w, ss_spike_list *out);
+ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss_detect_graph *g,
+                              const ss_thresholds *th, const ss_detect_block *blk, ss_detect_work *w,
+                              ss_spike_list *out);
+
+/* Catmull–Rom cubic interpolation of column `c` of x at fractional row u (rows outside read 0). */
+float ss_detect_interp(const float *x, int64_t n_rows, int n_channels, int c, double u);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
