@@ -1,0 +1,36 @@
+/* mask_em_internal.h — helpers shared by the mask_em_*.c files only (not a public interface). */
+#ifndef SS_MASK_EM_INTERNAL_H
+#define SS_MASK_EM_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "src/mask_em.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#define SS_OMP(x) _Pragma(#x)
+static inline int ss_em_thread(void) { return omp_get_thread_num(); }
+#else
+#define SS_OMP(x)
+static inline int ss_em_thread(void) { return 0; }
+#endif
+
+/* log(2π): the Gaussian normalisation constant per dimension (MASKED_EM.md §4). */
+#define SS_EM_LOG_2PI 1.8378770664093454836
+
+/* Data point of problem point j. */
+static inline int64_t ss_em_point(const ss_mask_em_state *st, int64_t j) { return st->points ? st->points[j] : j; }
+
+/* Scratch doubles per thread that the per-cluster and per-point passes need for dimension d. */
+size_t ss_em_scratch_doubles(int64_t d);
+static inline double *ss_em_scratch(const ss_mask_em_state *st) {
+  return st->scratch + (size_t)ss_em_thread() * st->scratch_per_thread;
+}
+
+/* One full step on the current labels: M-step, E-step, C-step; returns the changed count. */
+ss_status ss_em_full_step(ss_ctx *ctx, ss_mask_em_state *st, int64_t *changed);
+/* 64-bit hash of (k, labels) for cycle detection. */
+uint64_t ss_em_labels_hash(const ss_mask_em_state *st);
+
+#endif
