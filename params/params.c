@@ -93,7 +93,7 @@ static void show_json(const cJSON *item, char *buf, size_t len) {
 }
 
 /* Check one JSON value against its spec; store it or report one problem line. */
-static void apply_value(ss_ctx *ctx, const char *origin, const ss_param_spec *s, const cJSON *item,
+static void apply_value(ss_ctx *ctx, const char *origin, int show_path, const ss_param_spec *s, const cJSON *item,
                         ss_params *p) {
   char want[256], got[128];
   describe(s, want, sizeof(want));
@@ -115,7 +115,8 @@ static void apply_value(ss_ctx *ctx, const char *origin, const ss_param_spec *s,
     store(p, s, item->valuedouble);
     return;
   }
-  ss_problem(ctx, SS_ERR_INPUT, "%s: %s: expected %s, got %s", origin, s->path, want, got);
+  if (show_path) ss_problem(ctx, SS_ERR_INPUT, "%s: %s: expected %s, got %s", origin, s->path, want, got);
+  else ss_problem(ctx, SS_ERR_INPUT, "%s: expected %s, got %s", origin, want, got);
 }
 
 static void apply_object(ss_ctx *ctx, const char *origin, const cJSON *obj, const char *prefix, ss_params *p) {
@@ -124,7 +125,7 @@ static void apply_object(ss_ctx *ctx, const char *origin, const cJSON *obj, cons
     snprintf(path, sizeof(path), "%s%s%s", prefix, *prefix ? "." : "", item->string);
     const ss_param_spec *s = find_spec(path);
     if (s) {
-      apply_value(ctx, origin, s, item, p);
+      apply_value(ctx, origin, 1, s, item, p);
     } else if (is_section(path)) {
       if (cJSON_IsObject(item)) apply_object(ctx, origin, item, path, p);
       else ss_problem(ctx, SS_ERR_INPUT, "%s: %s: expected an object (a parameter section)", origin, path);
@@ -224,15 +225,24 @@ ss_status ss_params_load_file(ss_ctx *ctx, const char *path, ss_params *p) {
 }
 
 ss_status ss_params_set(ss_ctx *ctx, ss_params *p, const char *path, const char *value) {
+  return ss_params_set_named(ctx, p, path, value, SS_PARAMS_OPTION);
+}
+
+ss_status ss_params_set_named(ss_ctx *ctx, ss_params *p, const char *path, const char *value, const char *option) {
+  /* --param names the parameter in its messages; a dedicated option (--k) is the name itself. */
+  int generic = strcmp(option, SS_PARAMS_OPTION) == 0;
   const ss_param_spec *s = find_spec(path);
-  if (!s) return ss_fail(ctx, SS_ERR_USAGE, "--param %s: unknown parameter", path);
+  if (!s) return ss_fail(ctx, SS_ERR_USAGE, "%s %s: unknown parameter", option, path);
   /* Accept bare words for enums and JSON for the rest, so "negative" and "3" both work. */
   cJSON *item = NULL;
   if (s->type == SS_PT_ENUM) item = cJSON_CreateString(value);
   else item = cJSON_Parse(value);
-  if (!item) return ss_fail(ctx, SS_ERR_USAGE, "--param %s: cannot read \"%s\"", path, value);
+  if (!item) {
+    if (generic) return ss_fail(ctx, SS_ERR_USAGE, "%s %s: cannot read \"%s\"", option, path, value);
+    return ss_fail(ctx, SS_ERR_USAGE, "%s: cannot read \"%s\"", option, value);
+  }
   ss_ctx_clear(ctx);
-  apply_value(ctx, "--param", s, item, p);
+  apply_value(ctx, option, generic, s, item, p);
   cJSON_Delete(item);
   if (ctx->n_problems) return ctx->status;
   return SS_OK;

@@ -116,6 +116,10 @@ ss_status ss_params_apply_json(ss_ctx *ctx, const char *json, const char *origin
 ss_status ss_params_load_file(ss_ctx *ctx, const char *path, ss_params *p);
 /* Set one field by its dotted path from text ("detect.weak_std", "3"); used for --param overrides. */
 ss_status ss_params_set(ss_ctx *ctx, ss_params *p, const char *path, const char *value);
+/* The same for a dedicated command-line option: messages name `option` instead of "--param <path>"
+ * ("--k: expected an integer in [1, 100000], got 0"). ss_params_set passes SS_PARAMS_OPTION. */
+#define SS_PARAMS_OPTION "--param"
+ss_status ss_params_set_named(ss_ctx *ctx, ss_params *p, const char *path, const char *value, const char *option);
 /* Relations between fields (weak < strong, ...); reports every violated one. */
 ss_status ss_params_validate(ss_ctx *ctx, const ss_params *p);
 /* The whole parameter set as a JSON document (malloc'd; free() it). NULL when out of memory. */

@@ -45,7 +45,7 @@ static ss_status sum_pairs(ss_ctx *ctx, const int32_t *a, int64_t n, double *out
 }
 
 ss_status ss_cluster_ari(ss_ctx *ctx, const int32_t *a, const int32_t *b, int64_t n, double *ari) {
-  uint64_t *c;
+  uint64_t *c = NULL;
   SS_TRY(pair_codes(ctx, a, b, n, &c));
   double index = 0.0, sa, sb;
   for (int64_t i = 0, j; i < n; i = j) {
@@ -63,7 +63,7 @@ ss_status ss_cluster_ari(ss_ctx *ctx, const int32_t *a, const int32_t *b, int64_
 
 ss_status ss_cluster_majority_map(ss_ctx *ctx, const int32_t *found, const int32_t *truth, int64_t n,
                                   int32_t *mapped, double *purity) {
-  uint64_t *c;
+  uint64_t *c = NULL;
   SS_TRY(pair_codes(ctx, found, truth, n, &c));
   int32_t max_found = 0;
   for (int64_t p = 0; p < n; p++)
