@@ -1,7 +1,10 @@
 /* bench_knn.c — KNN timings for bench/results/knn.json (merged with the peers by knn_peers.py):
- *   grid:      1,200 queries, references 2^10..2^15, d in {32, 64, 128, 256}, k = 25 — GPU (auto), the
- *              tiled distance GEMM alone (same code path, selection off), our CPU path
- *   large:     10^5 (and 10^4) queries x 10^6 references, d = 96, k = 10 — GPU and GEMM alone
+ *   grid:      1,200 queries, references 2^10..2^15, d in {32, 64, 128, 256}, k = 25
+ *   large:     10^5 (and 10^4) queries x 10^6 references, d = 96, k = 10
+ *   per case:  device-resident (queries and outputs on the GPU, CUDA events on the backend stream):
+ *              our search (auto, and each path forced) and the distance SGEMM tiles alone on the same
+ *              data -> ratio_to_gemm; host API end to end (upload, search, download; wall clock)
+ *              with, for reference, upload + centring + SGEMMs; our CPU path on the grid
  *   crossover: k = 1..256 at 1,200 x 2^15, d = 64 — kmin, bitonic and warp forced
  * usage: bench_knn [OUT.json] [--quick]   (--quick: small sizes, for a smoke run without a GPU) */
 #include <math.h>
@@ -10,6 +13,9 @@
 #include <string.h>
 
 #include "bench/bench_common.h"
+#if SS_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "src/knn.h"
 #include "src/log.h"
 #include "src/rng.h"
@@ -64,6 +70,7 @@ static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t
 }
 
 static void add_stats(cJSON *c, const ss_knn_stats *s) {
+  cJSON_AddStringToObject(c, "path", s->path == SS_KNN_PATH_FUSED ? "fused" : "tiled");
   cJSON_AddStringToObject(c, "strategy", ss_knn_strategy_name(s->strategy));
   cJSON_AddNumberToObject(c, "candidates", (double)s->candidates);
   cJSON_AddNumberToObject(c, "exact_fallbacks", (double)s->fallbacks);
@@ -71,7 +78,56 @@ static void add_stats(cJSON *c, const ss_knn_stats *s) {
   cJSON_AddNumberToObject(c, "ref_tile", (double)s->ref_tile);
 }
 
-/* One case: GPU search, GEMM alone, optionally the CPU path. Returns ours / GEMM. */
+#if SS_HAVE_CUDA
+/* Device-resident timings of one case: auto, each path forced, the SGEMM tiles alone. Returns
+ * auto / GEMM. */
+static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t d, int64_t k,
+                             int repeats) {
+  float *dq = NULL;
+  int32_t *di = NULL;
+  double *dd = NULL, ratio = NAN;
+  uint8_t *dc = NULL;
+  if (cudaMalloc((void **)&dq, sizeof(float) * (size_t)(m * d)) != cudaSuccess ||
+      cudaMalloc((void **)&di, sizeof(int32_t) * (size_t)(m * k)) != cudaSuccess ||
+      cudaMalloc((void **)&dd, sizeof(double) * (size_t)(m * k)) != cudaSuccess ||
+      cudaMalloc((void **)&dc, (size_t)m) != cudaSuccess ||
+      cudaMemcpy(dq, q, sizeof(float) * (size_t)(m * d), cudaMemcpyHostToDevice) != cudaSuccess) {
+    fprintf(stderr, "bench_knn: device buffers for %lld queries failed\n", (long long)m);
+  } else {
+    ss_params p;
+    ss_params_defaults(&p);
+    ss_knn_opts o;
+    ss_knn_opts_from_params(&o, &p);
+    o.k = k;
+    static const char *const keys[] = {"device_s", "fused_device_s", "tiled_device_s", "gemm_device_s"};
+    const int paths[] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM};
+    double t[4] = {NAN, NAN, NAN, NAN};
+    ss_knn_stats st = {0}, auto_st = {0};
+    for (int i = 0; i < 4; i++) {
+      o.path = paths[i];
+      o.gemm_only = i == 3;
+      if (i == 1 && ss_knn_candidates(k, ix->n) > SS_KNN_FUSED_MAX_CANDIDATES) continue;
+      if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di, dd, dc, repeats, &t[i], &st) != SS_OK) {
+        fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
+        t[i] = NAN;
+        continue;
+      }
+      if (i == 0) auto_st = st;
+      cJSON_AddNumberToObject(c, keys[i], t[i]);
+    }
+    ratio = t[0] / t[3];
+    cJSON_AddNumberToObject(c, "ratio_to_gemm", ratio);
+    cJSON_AddStringToObject(c, "device_path", auto_st.path == SS_KNN_PATH_FUSED ? "fused" : "tiled");
+    printf("  device-resident: ours %.5f s (%s; fused %.5f, tiled %.5f)  gemm %.5f s  ratio %.2f\n", t[0],
+           auto_st.path == SS_KNN_PATH_FUSED ? "fused" : "tiled", t[1], t[2], t[3], ratio);
+  }
+  cudaFree(dq), cudaFree(di), cudaFree(dd), cudaFree(dc);
+  return ratio;
+}
+#endif
+
+/* One case: device-resident GPU timings, host API end to end, optionally the CPU path. Returns the
+ * device-resident ratio ours / GEMM. */
 static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, const ss_backend *cpu,
                          const char *group, int64_t m, int64_t n, int64_t d, int64_t k, int repeats) {
   float *ref = random_points(n, d, 1), *q = random_points(m, d, 2);
@@ -92,22 +148,25 @@ static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, 
   ss_knn_index *ix = NULL;
   if (gpu && ss_knn_index_create(ctx, gpu, ref, n, d, &ix) == SS_OK) {
     ss_knn_stats s;
+    printf("%s\n", name);
+#if SS_HAVE_CUDA
+    ratio = device_timings(c, ctx, ix, q, m, d, k, repeats < 5 ? 5 : 4 * repeats);
+#endif
     double ours = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 0, repeats, &s);
     double gemm = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 1, repeats, NULL);
-    ratio = ours / gemm;
-    cJSON_AddNumberToObject(c, "gpu_s", ours);
-    cJSON_AddNumberToObject(c, "gemm_only_s", gemm);
-    cJSON_AddNumberToObject(c, "ratio_to_gemm", ratio);
+    cJSON_AddNumberToObject(c, "gpu_s", ours); /* host API end to end; what the torch speedup uses */
+    cJSON_AddNumberToObject(c, "host_gemm_s", gemm);
+    cJSON_AddNumberToObject(c, "host_ratio", ours / gemm);
     add_stats(c, &s);
     ss_knn_index_free(ix);
-    printf("%-40s gpu %.5f s  gemm %.5f s  ratio %.2f  (%s, %lld fallbacks)\n", name, ours, gemm, ratio,
-           ss_knn_strategy_name(s.strategy), (long long)s.fallbacks);
+    printf("  host API: gpu %.5f s  upload+centring+gemm %.5f s  ratio %.2f  (%s, %lld fallbacks)\n", ours, gemm,
+           ours / gemm, ss_knn_strategy_name(s.strategy), (long long)s.fallbacks);
   }
   if (cpu && ss_knn_index_create(ctx, cpu, ref, n, d, &ix) == SS_OK) {
     double t = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 0, 1, NULL);
     cJSON_AddNumberToObject(c, "cpu_s", t);
     ss_knn_index_free(ix);
-    printf("%-40s cpu %.4f s\n", name, t);
+    printf("  cpu %.4f s\n", t);
   }
   fflush(stdout);
   free(ref), free(q);
@@ -171,20 +230,20 @@ int main(int argc, char **argv) {
   ss_bench_doc doc;
   if (ss_bench_doc_init(&ctx, &doc, "knn", device) != SS_OK) return 3;
   const ss_backend *g = have_gpu ? &gpu : NULL;
-  double max_ratio = 0;
+  double max_ratio = 0; /* device-resident ours / GEMM over every case with k <= 32 */
   const int64_t dims[] = {32, 64, 128, 256};
   int top = quick ? 11 : 15;
   for (int di = 0; di < 4; di++)
     for (int e = 10; e <= top; e++) {
       double r = bench_case(&doc, &ctx, g, &cpu, "grid", quick ? 200 : GRID_QUERIES, (int64_t)1 << e, dims[di], GRID_K, 5);
-      if (r > max_ratio) max_ratio = r;
+      if (GRID_K <= 32 && r > max_ratio) max_ratio = r;
     }
   if (have_gpu) {
     const int64_t large_m[] = {100000, 10000};
     for (int i = 0; i < 2; i++) {
       double r = bench_case(&doc, &ctx, g, NULL, "large", quick ? large_m[i] / 100 : large_m[i],
                             quick ? 10000 : 1000000, LARGE_D, LARGE_K, 3);
-      if (r > max_ratio) max_ratio = r;
+      if (LARGE_K <= 32 && r > max_ratio) max_ratio = r;
     }
     int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);
     ss_bench_summary_number(&doc, "kmin_bitonic_crossover_k", (double)cross);

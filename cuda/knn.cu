@@ -1,11 +1,17 @@
-/* knn.cu — KNN on the GPU: centred references resident on the device; per (query tile, reference
- * tile) a cuBLAS SGEMM writes −2 q·r, a selection kernel (k-pass minimum, bitonic sort or warp
- * queue) adds the norms and keeps each chunk's K' best, a merge kernel folds the chunks into the
- * running K' list of each query; after the last reference tile the candidates are re-ranked by the
- * exact distance and certified (src/knn.h). GEMMs run on the backend stream and selections on a
- * second stream, double-buffered, so the memory-bound selection overlaps the next GEMM. `auto`
- * times the three strategies on the first tile of the first search of each (GPU, n class, K' class)
- * and remembers the fastest for the life of the process. */
+/* knn.cu — KNN on the GPU: centred references resident on the device. Two candidate paths:
+ *  - tiled (auto): per (query tile, reference tile) a cuBLAS SGEMM writes −2 q·r, a selection kernel
+ *    (k-pass minimum, bitonic sort or warp queue) adds the norms and keeps each chunk's K' best, a
+ *    merge kernel folds the chunks into the running K' list of each query. With several reference
+ *    tiles, GEMMs run on the backend stream and selections on a second stream, double-buffered; with
+ *    one reference tile everything runs on the backend stream and the chunks' lists go straight to
+ *    the finish kernel (no list fill, no merge). `auto` strategy: the three timed on the first tile
+ *    of the first search of each (GPU, n class, K' class), remembered for the process.
+ *  - fused (forced by ss_knn_opts.path, K' <= 64): one kernel computes the distances in registers
+ *    and keeps per-query lists in shared memory (k_fused); measured slower than tiled (docs/knn.md).
+ * Both end in k_finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
+ * all on the device. ss_knn_cuda_search_device is the device-resident entry (no host sync);
+ * ss_knn_cuda_search wraps it with the upload and download. */
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -41,11 +47,26 @@ struct ws_buf {
   size_t bytes = 0;
 };
 
+struct search_plan {
+  int64_t Q, R;
+  int Kc, k;
+  int64_t part_chunks;
+};
+
+struct plan_key {
+  int64_t m, query_tile, ref_tile, k;
+};
+
 struct knn_dev {
   float *ref = nullptr, *ref_c = nullptr, *ref_norm = nullptr, *mean = nullptr;
   cudaStream_t sel = nullptr;
   cudaEvent_t gemm_done[2] = {nullptr, nullptr}, sel_done[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+  cudaEvent_t start = nullptr, done = nullptr; /* join the selection stream to the caller's stream */
+  int sm_count = 0;
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert;
+  bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
+  plan_key plan_key_ = {0, 0, 0, 0};
+  search_plan plan = {0, 0, 0, 0, 0};
 };
 
 ss_status ws_ensure(ss_ctx *ctx, ws_buf *b, size_t bytes, const char *what) {
@@ -210,7 +231,7 @@ __global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_
   float *sv = (float *)(sm_w + (size_t)w * P * (sizeof(float) + sizeof(int)));
   int *si = (int *)(sv + P);
   int qq = item / a.nch, c = item % a.nch, begin = c * a.chunk, len = min(a.chunk, a.Rt - begin);
-  float qn = a.qnorm[qq], tau = run_v[(int64_t)qq * a.Kc + a.Kc - 1];
+  float qn = a.qnorm[qq], tau = run_v ? run_v[(int64_t)qq * a.Kc + a.Kc - 1] : INFINITY;
   for (int t = lane; t < a.Kc; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
   int nb = 0;
   for (int base = 0; base < len; base += kWarp) {
@@ -284,28 +305,235 @@ __global__ void k_merge(float *run_v, int *run_i, const float *pv, const int *pi
   for (int t = threadIdx.x; t < Kc; t += blockDim.x) run_v[(int64_t)qq * Kc + t] = av[t], run_i[(int64_t)qq * Kc + t] = ai[t];
 }
 
-/* Exact re-rank of each query's K' candidates, the top k out, and the certificate. */
-__global__ void k_rerank(const float *q, const float *ref, int64_t d, int64_t n, const float *qnorm,
-                         const float *run_v, const int *run_i, int Kc, int k, int P, double ref_norm_max,
-                         int *out_i, double *out_d, uint8_t *cert) {
-  extern __shared__ unsigned char sm_r[];
-  double *sd = (double *)sm_r;
-  int *si = (int *)(sd + P);
+/* ---- fused path: distances and selection in one kernel ------------------------------------------
+ * A block owns kFq queries and one split (a contiguous range) of the references. It streams the
+ * split in tiles of kFr references: the centred query and reference tiles pass through shared
+ * memory kFk dimensions at a time and each thread accumulates a 4 × 8 block of dot products in
+ * registers (an SGEMM micro-kernel). ‖r'‖² − 2 q'·r' is the query's approximate distance minus
+ * ‖q'‖², a per-query constant that cannot change the order, so it is left out here and added by
+ * the finish kernel for the certificate. A value below the query's threshold (the K'-th of its
+ * list) is appended to the query's pending buffer in shared memory; a warp merges a buffer that
+ * could overflow into the sorted list (bitonic). Each block writes its K' best per query. */
+constexpr int kFq = 64, kFr = 128, kFk = 16;         /* queries, references, dimensions per tile */
+constexpr int kFqPad = kFq + 4, kFrPad = kFr + 4;    /* shared rows, padded against bank conflicts */
+constexpr int kFtq = 4, kFtr = 8;                    /* per-thread block: queries × references */
+constexpr int kFthreads = (kFq / kFtq) * (kFr / kFtr);
+constexpr int kFphase = kFr / 2;                     /* references inserted between merges */
+constexpr int kFlist = 128;                          /* list + pending per query: >= K' + kFphase */
+constexpr int kFminSplit = 512;                      /* fewest references per split */
+static_assert(kFlist >= SS_KNN_FUSED_MAX_CANDIDATES + kFphase, "fused list too short");
+static_assert(kFthreads == 256, "fused thread layout");
+
+struct fused_args {
+  const float *q, *mean, *ref_c, *rnorm;
+  int m, n, d, Kc, split_len, nsplit;
+  float *pv; /* m × nsplit × Kc */
+  int *pi;
+};
+
+size_t fused_smem() {
+  return (size_t)kFk * (kFqPad + kFrPad) * sizeof(float) + (size_t)kFq * kFlist * (sizeof(float) + sizeof(int)) +
+         (size_t)kFq * (sizeof(float) + sizeof(int));
+}
+
+/* Merge pending entries into the sorted list of each query whose buffer could overflow during
+ * the next phase (all pending ones when `all`); one warp per query. */
+__device__ void fused_merge(float *lv, int *li, float *tau, int *cnt, int Kc, bool all) {
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  for (int qq = w; qq < kFq; qq += kFthreads / kWarp) {
+    int c = cnt[qq];
+    if (c == 0 || (!all && c <= kFlist - Kc - kFphase)) continue;
+    float *v = lv + qq * kFlist;
+    int *ix = li + qq * kFlist;
+    for (int t = Kc + c + lane; t < kFlist; t += kWarp) v[t] = INFINITY, ix[t] = kNoIndex;
+    __syncwarp();
+    bitonic_sort<float, true>(v, ix, kFlist, lane, kWarp);
+    if (lane == 0) tau[qq] = v[Kc - 1], cnt[qq] = 0;
+    __syncwarp();
+  }
+}
+
+__global__ void __launch_bounds__(kFthreads) k_fused(fused_args a) {
+  extern __shared__ unsigned char sm_fu[];
+  float *qs = (float *)sm_fu;                 /* [kFk][kFqPad] centred queries */
+  float *rs = qs + kFk * kFqPad;              /* [kFk][kFrPad] centred references */
+  float *lv = rs + kFk * kFrPad;              /* [kFq][kFlist] list values */
+  int *li = (int *)(lv + kFq * kFlist);       /* [kFq][kFlist] list indices */
+  float *tau = (float *)(li + kFq * kFlist);  /* [kFq] threshold */
+  int *cnt = (int *)(tau + kFq);              /* [kFq] pending entries */
+  int tid = threadIdx.x, tx = tid % (kFr / kFtr), ty = tid / (kFr / kFtr);
+  int q0 = blockIdx.x * kFq, split = blockIdx.y;
+  int begin = split * a.split_len, end = min(a.n, begin + a.split_len);
+  for (int t = tid; t < kFq * kFlist; t += kFthreads) lv[t] = INFINITY, li[t] = kNoIndex;
+  for (int t = tid; t < kFq; t += kFthreads) tau[t] = INFINITY, cnt[t] = 0;
+  for (int r0 = begin; r0 < end; r0 += kFr) {
+    float acc[kFtq][kFtr];
+#pragma unroll
+    for (int i = 0; i < kFtq; i++)
+#pragma unroll
+      for (int j = 0; j < kFtr; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < a.d; k0 += kFk) {
+      for (int e = tid; e < kFq * kFk; e += kFthreads) {
+        int row = e / kFk, kk = e % kFk, q = q0 + row, j = k0 + kk;
+        qs[kk * kFqPad + row] = q < a.m && j < a.d ? a.q[(int64_t)q * a.d + j] - a.mean[j] : 0.0f;
+      }
+      for (int e = tid; e < kFr * kFk; e += kFthreads) {
+        int row = e / kFk, kk = e % kFk, r = r0 + row, j = k0 + kk;
+        rs[kk * kFrPad + row] = r < end && j < a.d ? a.ref_c[(int64_t)r * a.d + j] : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kFk; kk++) {
+        float4 qv = *(const float4 *)&qs[kk * kFqPad + ty * kFtq];
+        float4 r_lo = *(const float4 *)&rs[kk * kFrPad + tx * 4];
+        float4 r_hi = *(const float4 *)&rs[kk * kFrPad + kFphase + tx * 4];
+        const float qa[kFtq] = {qv.x, qv.y, qv.z, qv.w};
+        const float ra[kFtr] = {r_lo.x, r_lo.y, r_lo.z, r_lo.w, r_hi.x, r_hi.y, r_hi.z, r_hi.w};
+#pragma unroll
+        for (int i = 0; i < kFtq; i++)
+#pragma unroll
+          for (int j = 0; j < kFtr; j++) acc[i][j] = fmaf(qa[i], ra[j], acc[i][j]);
+      }
+      __syncthreads();
+    }
+    /* two phases (low then high half of the tile) so that a pending buffer never overflows */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float th[kFtq];
+#pragma unroll
+      for (int i = 0; i < kFtq; i++) th[i] = q0 + ty * kFtq + i < a.m ? tau[ty * kFtq + i] : -INFINITY;
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        int r = r0 + h * kFphase + tx * 4 + c;
+        float rn = r < end ? a.rnorm[r] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kFtq; i++) {
+          int qq = ty * kFtq + i;
+          float v = rn - 2.0f * acc[i][h * 4 + c];
+          if (r < end && v < th[i]) {
+            int pos = a.Kc + atomicAdd(&cnt[qq], 1);
+            lv[qq * kFlist + pos] = v;
+            li[qq * kFlist + pos] = r;
+          }
+        }
+      }
+      __syncthreads();
+      fused_merge(lv, li, tau, cnt, a.Kc, false);
+      __syncthreads();
+    }
+  }
+  fused_merge(lv, li, tau, cnt, a.Kc, true);
+  __syncthreads();
+  for (int e = tid; e < kFq * a.Kc; e += kFthreads) {
+    int qq = e / a.Kc, t = e % a.Kc, q = q0 + qq;
+    if (q >= a.m) continue;
+    int64_t o = ((int64_t)q * a.nsplit + split) * a.Kc + t;
+    a.pv[o] = lv[qq * kFlist + t];
+    a.pi[o] = li[qq * kFlist + t];
+  }
+}
+
+/* ---- finish: candidates → exact top k, certificate, device fallback ------------------------------
+ * One block per query. The query's L approximate (value, index) entries (the fused path: one list
+ * per split; the tiled path: its running list) are sorted and cut to K'; their threshold T is the
+ * K'-th value (every reference outside the K' has an approximate value >= T). The K' are re-ranked
+ * by ss_knn_exact_dist and sorted by (exact, index). Certified when T − E > the k-th exact
+ * distance; otherwise the block scans every reference exactly (a filtered insertion buffer merged
+ * by bitonic sort), so the answer is always the contract's, with no host involvement. */
+struct finish_args {
+  const float *q, *mean, *ref, *cand_v;
+  const int *cand_i;
+  int64_t n;
+  int d, L, Kc, k;
+  int P1, Ps, P2;      /* candidate sort (>= L), exact sort (>= K'), exact buffer (>= Ps, scan size) */
+  int add_qnorm;       /* candidate values lack ‖q'‖² (fused path) */
+  double ref_norm_max;
+  int *out_i;
+  double *out_d;
+  uint8_t *cert;
+};
+
+size_t finish_smem(int P1, int P2) {
+  return (size_t)P1 * (sizeof(float) + sizeof(int)) + (size_t)P2 * (sizeof(double) + sizeof(int));
+}
+
+int finish_scan_size(int k) {
+  int p = 1;
+  while (p < k + 2 * kThreads) p <<= 1;
+  return p;
+}
+
+/* Exact full scan by the block into (sd, si)[0, k); P >= k + 2 × blockDim. */
+__device__ void finish_exact_scan(const finish_args &a, const float *qrow, double *sd, int *si, int P) {
+  __shared__ int s_cnt;
+  __shared__ double s_tv;
+  __shared__ int s_ti;
+  for (int t = threadIdx.x; t < P; t += blockDim.x) sd[t] = (double)INFINITY, si[t] = kNoIndex;
+  if (threadIdx.x == 0) s_cnt = 0, s_tv = (double)INFINITY, s_ti = kNoIndex;
+  __syncthreads();
+  for (int64_t base = 0; base < a.n; base += blockDim.x) {
+    int64_t r = base + threadIdx.x;
+    if (r < a.n) {
+      double e = ss_knn_exact_dist(qrow, a.ref + r * a.d, a.d);
+      if (kv_less(e, (int)r, s_tv, s_ti)) {
+        int pos = a.k + atomicAdd(&s_cnt, 1);
+        sd[pos] = e, si[pos] = (int)r;
+      }
+    }
+    __syncthreads();
+    int c = s_cnt;
+    bool last = base + blockDim.x >= a.n;
+    if (c > P - a.k - (int)blockDim.x || (last && c > 0)) {
+      for (int t = a.k + c + threadIdx.x; t < P; t += blockDim.x) sd[t] = (double)INFINITY, si[t] = kNoIndex;
+      __syncthreads();
+      bitonic_sort<double, false>(sd, si, P, threadIdx.x, blockDim.x);
+      if (threadIdx.x == 0) s_cnt = 0, s_tv = sd[a.k - 1], s_ti = si[a.k - 1];
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void k_finish(finish_args a) {
+  extern __shared__ unsigned char sm_fin[];
+  float *cv = (float *)sm_fin;
+  int *ci = (int *)(cv + a.P1);
+  double *sd = (double *)(ci + a.P1 + (a.P1 & 1)); /* 8-byte aligned */
+  int *si = (int *)(sd + a.P2);
+  __shared__ double s_qn;
   int qq = blockIdx.x;
-  const float *qrow = q + (int64_t)qq * d;
-  for (int t = threadIdx.x; t < P; t += blockDim.x) {
-    int r = t < Kc ? run_i[(int64_t)qq * Kc + t] : kNoIndex;
-    sd[t] = r == kNoIndex ? (double)INFINITY : ss_knn_exact_dist(qrow, ref + (int64_t)r * d, d);
+  const float *qrow = a.q + (int64_t)qq * a.d;
+  for (int t = threadIdx.x; t < a.P1; t += blockDim.x) {
+    bool in = t < a.L;
+    cv[t] = in ? a.cand_v[(int64_t)qq * a.L + t] : INFINITY;
+    ci[t] = in ? a.cand_i[(int64_t)qq * a.L + t] : kNoIndex;
+  }
+  if (threadIdx.x < kWarp) { /* ‖q'‖² of the centred query (as the candidates stage centres it) */
+    double s = 0.0;
+    for (int j = threadIdx.x; j < a.d; j += kWarp) {
+      double c = (double)(qrow[j] - a.mean[j]);
+      s += c * c;
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    if (threadIdx.x == 0) s_qn = s;
+  }
+  __syncthreads();
+  if (a.L > a.Kc) bitonic_sort<float, false>(cv, ci, a.P1, threadIdx.x, blockDim.x);
+  for (int t = threadIdx.x; t < a.Ps; t += blockDim.x) {
+    int r = t < a.Kc ? ci[t] : kNoIndex;
+    sd[t] = r == kNoIndex ? (double)INFINITY : ss_knn_exact_dist(qrow, a.ref + (int64_t)r * a.d, a.d);
     si[t] = r;
   }
   __syncthreads();
-  bitonic_sort<double, false>(sd, si, P, threadIdx.x, blockDim.x);
-  for (int t = threadIdx.x; t < k; t += blockDim.x) out_i[(int64_t)qq * k + t] = si[t], out_d[(int64_t)qq * k + t] = sd[t];
-  if (threadIdx.x == 0) {
-    double approx_last = run_v[(int64_t)qq * Kc + Kc - 1];
-    double bound = ss_knn_error_bound(d, sqrt((double)qnorm[qq]), ref_norm_max);
-    cert[qq] = (int64_t)Kc >= n || approx_last - bound > sd[k - 1];
+  bitonic_sort<double, false>(sd, si, a.Ps, threadIdx.x, blockDim.x);
+  double approx_last = (double)cv[a.Kc - 1] + (a.add_qnorm ? s_qn : 0.0);
+  double bound = ss_knn_error_bound(a.d, sqrt(s_qn), a.ref_norm_max);
+  bool ok = (int64_t)a.Kc >= a.n || approx_last - bound > sd[a.k - 1];
+  if (!ok) finish_exact_scan(a, qrow, sd, si, a.P2);
+  for (int t = threadIdx.x; t < a.k; t += blockDim.x) {
+    a.out_i[(int64_t)qq * a.k + t] = si[t];
+    if (a.out_d) a.out_d[(int64_t)qq * a.k + t] = sd[t];
   }
+  if (threadIdx.x == 0) a.cert[qq] = ok;
 }
 
 int next_pow2(int64_t x) {
@@ -346,12 +574,6 @@ size_t warp_smem(int Kc, int *warps) {
   *warps = wpb < 1 ? 1 : (wpb > kWarpsPerBlock ? kWarpsPerBlock : wpb);
   return per * (size_t)*warps;
 }
-
-struct search_plan {
-  int64_t Q, R;
-  int Kc, k;
-  int64_t part_chunks;
-};
 
 size_t plan_bytes(const search_plan &p, int64_t m, int64_t d) {
   size_t tiles = 2 * (size_t)p.Q * (size_t)p.R * sizeof(float);
@@ -407,6 +629,7 @@ ss_status alloc_workspace(ss_ctx *ctx, knn_dev *dv, const search_plan &p, int64_
 }
 
 struct search_run {
+  bool direct; /* one reference tile: the chunks' lists go straight to the finish, one stream */
   ss_knn_index *ix;
   knn_dev *dv;
   cudaStream_t s0, s1;
@@ -418,17 +641,18 @@ struct search_run {
 ss_status gemm_tile(ss_ctx *ctx, const search_run &r, int64_t q0, int64_t Qt, int64_t r0, int64_t Rt, int b) {
   const float alpha = -2.0f, beta = 0.0f;
   int64_t d = r.ix->d;
-  SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s0, r.dv->sel_done[b], 0));
+  if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s0, r.dv->sel_done[b], 0));
   SS_CUBLAS_TRY(ctx, cublasSgemm(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Rt, (int)Qt, (int)d, &alpha,
                                  r.dv->ref_c + r0 * d, (int)d, r.qc + q0 * d, (int)d, &beta,
                                  (float *)r.dv->dist_tile[b].p, (int)Rt));
-  SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->gemm_done[b], r.s0));
+  if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->gemm_done[b], r.s0));
   return SS_OK;
 }
 
-/* Selection of one tile on the selection stream, then the merge into the running lists. */
+/* Selection of one tile on the selection stream, then (unless `direct`: the chunks' lists are the
+ * result) the merge into the running lists. */
 ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0, int64_t Qt, int64_t r0, int64_t Rt,
-                      int b) {
+                      int b, bool direct) {
   tile_args a;
   a.dist = (const float *)r.dv->dist_tile[b].p;
   a.ld = Rt;
@@ -439,7 +663,7 @@ ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0
   a.pi = (int *)r.dv->part_i.p;
   plan_chunks(strategy, Qt, Rt, &a.nch, &a.chunk);
   int64_t items = Qt * a.nch;
-  SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->gemm_done[b], 0));
+  if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->gemm_done[b], 0));
   if (strategy == SS_KNN_KMIN) {
     k_select_kmin<<<(unsigned)items, kThreads, (size_t)a.chunk * sizeof(float), r.s1>>>(a);
   } else if (strategy == SS_KNN_BITONIC) {
@@ -449,10 +673,11 @@ ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0
     int wpb;
     size_t smem = warp_smem(a.Kc, &wpb);
     k_select_warp<<<(unsigned)ceil_div(items, wpb), wpb * kWarp, smem, r.s1>>>(a, warp_queue_size(a.Kc), (int)items,
-                                                                               (const float *)r.dv->run_v.p);
+                                                                               direct ? nullptr : (const float *)r.dv->run_v.p);
   }
   SS_CUDA_TRY_LAUNCH(ctx, "knn selection");
-  SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->sel_done[b], r.s1));
+  if (direct) return SS_OK;
+  if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->sel_done[b], r.s1));
   size_t msmem = (size_t)r.p.Kc * 3 * (sizeof(float) + sizeof(int));
   k_merge<<<(unsigned)Qt, kThreads, msmem, r.s1>>>((float *)r.dv->run_v.p, (int *)r.dv->run_i.p, a.pv, a.pi, a.nch,
                                                    r.p.Kc);
@@ -488,7 +713,7 @@ ss_status time_strategy(ss_ctx *ctx, const search_run &r, int strategy, int64_t 
   for (int rep = 0; rep < kCalibRepeats; rep++) {
     SS_TRY(fill_lists(ctx, r, Qt));
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->t0, r.s1));
-    SS_TRY(select_tile(ctx, r, strategy, 0, Qt, 0, Rt, 0));
+    SS_TRY(select_tile(ctx, r, strategy, 0, Qt, 0, Rt, 0, false));
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->t1, r.s1));
     SS_CUDA_TRY(ctx, cudaEventSynchronize(r.dv->t1));
     float t;
@@ -528,51 +753,189 @@ ss_status resolve_strategy(ss_ctx *ctx, const search_run &r, int requested, int6
   return SS_OK;
 }
 
-ss_status upload_queries(ss_ctx *ctx, const search_run &r, const float *query, int64_t m) {
-  int64_t d = r.ix->d;
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(r.dv->q.p, query, (size_t)(m * d) * sizeof(float), cudaMemcpyHostToDevice, r.s0));
+ss_status centre_queries(ss_ctx *ctx, const search_run &r, const float *d_query, int64_t m) {
   unsigned blocks = (unsigned)ceil_div(m, kThreads / kWarp);
-  k_center<<<blocks, kThreads, 0, r.s0>>>((const float *)r.dv->q.p, r.dv->mean, m, d, (float *)r.dv->qc.p,
-                                          (float *)r.dv->qn.p, nullptr);
+  k_center<<<blocks, kThreads, 0, r.s0>>>(d_query, r.dv->mean, m, r.ix->d, (float *)r.dv->qc.p, (float *)r.dv->qn.p,
+                                          nullptr);
   SS_CUDA_TRY_LAUNCH(ctx, "knn query centring");
   return SS_OK;
 }
 
-ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, int64_t m, int gemm_only) {
+/* Outputs of the finish kernel. */
+struct finish_out {
+  int *idx;
+  double *dist;
+  uint8_t *cert;
+};
+
+ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, const float *d_query, int64_t m,
+                        const float *cand_v, const int *cand_i, int L, int Kc, int k, int add_qnorm,
+                        const finish_out &out, cudaStream_t s) {
+  finish_args a;
+  a.q = d_query, a.mean = dv->mean, a.ref = dv->ref, a.cand_v = cand_v, a.cand_i = cand_i;
+  a.n = ix->n, a.d = (int)ix->d, a.L = L, a.Kc = Kc, a.k = k;
+  a.P1 = next_pow2(L), a.Ps = next_pow2(Kc);
+  a.P2 = a.Ps > finish_scan_size(k) ? a.Ps : finish_scan_size(k);
+  a.add_qnorm = add_qnorm, a.ref_norm_max = ix->ref_norm_max;
+  a.out_i = out.idx, a.out_d = out.dist, a.cert = out.cert;
+  k_finish<<<(unsigned)m, kThreads, finish_smem(a.P1 + 1, a.P2), s>>>(a);
+  SS_CUDA_TRY_LAUNCH(ctx, "knn finish (exact re-rank)");
+  return SS_OK;
+}
+
+ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float *d_query, int64_t m, int gemm_only,
+                    const finish_out &out) {
   int64_t n = r.ix->n, d = r.ix->d;
   int tile = 0;
   for (int64_t q0 = 0; q0 < m; q0 += r.p.Q) {
     int64_t Qt = m - q0 < r.p.Q ? m - q0 : r.p.Q;
-    if (!gemm_only) SS_TRY(fill_lists(ctx, r, Qt));
+    if (!gemm_only && !r.direct) SS_TRY(fill_lists(ctx, r, Qt));
     for (int64_t r0 = 0; r0 < n; r0 += r.p.R, tile++) {
       int64_t Rt = n - r0 < r.p.R ? n - r0 : r.p.R;
       SS_TRY(gemm_tile(ctx, r, q0, Qt, r0, Rt, tile % 2));
-      if (!gemm_only) SS_TRY(select_tile(ctx, r, strategy, q0, Qt, r0, Rt, tile % 2));
+      if (!gemm_only) SS_TRY(select_tile(ctx, r, strategy, q0, Qt, r0, Rt, tile % 2, r.direct));
     }
     if (gemm_only) continue;
-    int P = next_pow2(r.p.Kc);
-    k_rerank<<<(unsigned)Qt, kThreads, (size_t)P * (sizeof(double) + sizeof(int)), r.s1>>>(
-        (const float *)r.dv->q.p + q0 * d, r.dv->ref, d, n, r.qn + q0, (const float *)r.dv->run_v.p,
-        (const int *)r.dv->run_i.p, r.p.Kc, r.p.k, P, r.ix->ref_norm_max, (int *)r.dv->out_i.p + q0 * r.p.k,
-        (double *)r.dv->out_d.p + q0 * r.p.k, (uint8_t *)r.dv->cert.p + q0);
-    SS_CUDA_TRY_LAUNCH(ctx, "knn re-rank");
+    finish_out o = {out.idx + q0 * r.p.k, out.dist ? out.dist + q0 * r.p.k : nullptr, out.cert + q0};
+    if (r.direct) { /* the chunks' lists of the single reference tile */
+      int nch, chunk;
+      plan_chunks(strategy, Qt, n, &nch, &chunk);
+      SS_TRY(launch_finish(ctx, r.ix, r.dv, d_query + q0 * d, Qt, (const float *)r.dv->part_v.p,
+                           (const int *)r.dv->part_i.p, nch * r.p.Kc, r.p.Kc, r.p.k, 0, o, r.s1));
+    } else {
+      SS_TRY(launch_finish(ctx, r.ix, r.dv, d_query + q0 * d, Qt, (const float *)r.dv->run_v.p,
+                           (const int *)r.dv->run_i.p, r.p.Kc, r.p.Kc, r.p.k, 0, o, r.s1));
+    }
   }
   return SS_OK;
 }
 
-ss_status download(ss_ctx *ctx, const search_run &r, int64_t m, int64_t *idx, double *dist, uint8_t *cert) {
-  int64_t mk = m * r.p.k;
+/* The tiled path: centring, SGEMM tiles on the backend stream, selections and the finish on the
+ * selection stream, joined back to the backend stream at the end. */
+ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
+                       const finish_out &out, ss_knn_stats *stats) {
+  search_run r;
+  r.ix = ix;
+  r.dv = (knn_dev *)ix->cuda;
+  r.s0 = ss_cuda_stream(ix->be);
+  r.s1 = r.dv->sel;
+  r.blas = ss_cuda_cublas(ix->be);
+  r.direct = false;
+  SS_CUBLAS_TRY(ctx, cublasSetStream(r.blas, r.s0));
+  /* the plan of the previous call when nothing changed: no cudaMemGetInfo on the repeated path */
+  plan_key key = {m, o->query_tile, o->ref_tile, o->k};
+  if (r.dv->plan_valid && !memcmp(&key, &r.dv->plan_key_, sizeof(key))) {
+    r.p = r.dv->plan;
+  } else {
+    SS_TRY(plan_search(ctx, o, ix->n, m, ix->d, Kc, &r.p, ws_held(r.dv)));
+    SS_TRY(alloc_workspace(ctx, r.dv, r.p, m, ix->d));
+    r.dv->plan = r.p, r.dv->plan_key_ = key, r.dv->plan_valid = true;
+  }
+  if (o->gemm_only) { /* benchmark hook: the distance GEMM alone, on the queries as given */
+    r.qc = d_query;
+    r.qn = nullptr;
+    r.s1 = r.s0; /* no selection to overlap: no events */
+    return run_tiles(ctx, r, SS_KNN_AUTO, d_query, m, 1, out);
+  }
+  r.qc = (const float *)r.dv->qc.p;
+  r.qn = (const float *)r.dv->qn.p;
+  /* One reference tile: nothing to overlap, so one stream, and no running lists (fill, merge):
+   * the finish kernel sorts the chunks' lists itself, up to its candidate limit. */
+  r.direct = ix->n <= r.p.R && max_chunks(r.p.Q, r.p.R) * Kc <= SS_KNN_GPU_MAX_CANDIDATES;
+  if (r.direct) r.s1 = r.s0;
+  if (r.s1 != r.s0) {
+    SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->start, r.s0));
+    SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->start, 0));
+  }
+  SS_TRY(centre_queries(ctx, r, d_query, m));
+  int strategy = SS_KNN_AUTO;
+  SS_TRY(resolve_strategy(ctx, r, o->strategy, m, &strategy));
+  SS_TRY(run_tiles(ctx, r, strategy, d_query, m, 0, out));
+  if (r.s1 != r.s0) {
+    SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->done, r.s1));
+    SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s0, r.dv->done, 0));
+  }
+  if (stats) {
+    stats->strategy = strategy;
+    stats->query_tile = r.p.Q;
+    stats->ref_tile = r.p.R;
+  }
+  return SS_OK;
+}
+
+/* Splits of the references per query tile: enough blocks for kFusedBlocksPerSm blocks per SM, each
+ * split at least kFminSplit references (a whole number of tiles), all splits' lists together at most
+ * SS_KNN_GPU_MAX_CANDIDATES per query. */
+constexpr int kFusedBlocksPerSm = 2;
+void fused_plan(const knn_dev *dv, int64_t m, int64_t n, int Kc, int *nsplit, int *split_len) {
+  int64_t qtiles = ceil_div(m, kFq), want = ceil_div((int64_t)kFusedBlocksPerSm * dv->sm_count, qtiles);
+  int64_t most = n / kFminSplit > 1 ? n / kFminSplit : 1, ns = want < most ? want : most;
+  if (ns > SS_KNN_GPU_MAX_CANDIDATES / Kc) ns = SS_KNN_GPU_MAX_CANDIDATES / Kc; /* the finish kernel's limit */
+  if (ns < 1) ns = 1;
+  *split_len = (int)(ceil_div(ceil_div(n, ns), kFr) * kFr);
+  *nsplit = (int)ceil_div(n, *split_len);
+}
+
+/* The fused path: one distance-and-selection kernel, then the finish kernel, both on the backend
+ * stream. */
+ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
+                       const finish_out &out, ss_knn_stats *stats) {
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  fused_args a;
+  fused_plan(dv, m, ix->n, Kc, &a.nsplit, &a.split_len);
+  size_t lists = (size_t)m * (size_t)a.nsplit * (size_t)Kc;
+  SS_TRY(ws_ensure(ctx, &dv->part_v, lists * sizeof(float), "KNN partial lists"));
+  SS_TRY(ws_ensure(ctx, &dv->part_i, lists * sizeof(int), "KNN partial lists"));
+  a.q = d_query, a.mean = dv->mean, a.ref_c = dv->ref_c, a.rnorm = dv->ref_norm;
+  a.m = (int)m, a.n = (int)ix->n, a.d = (int)ix->d, a.Kc = Kc;
+  a.pv = (float *)dv->part_v.p, a.pi = (int *)dv->part_i.p;
+  dim3 grid((unsigned)ceil_div(m, kFq), (unsigned)a.nsplit);
+  k_fused<<<grid, kFthreads, fused_smem(), s>>>(a);
+  SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances and selection");
+  SS_TRY(launch_finish(ctx, ix, dv, d_query, m, a.pv, a.pi, a.nsplit * Kc, Kc, (int)o->k, 1, out, s));
+  if (stats) {
+    stats->strategy = SS_KNN_WARP; /* the fused kernel selects with a per-query queue */
+    stats->query_tile = kFq;
+    stats->ref_tile = a.split_len;
+  }
+  return SS_OK;
+}
+
+int choose_path(const ss_knn_opts *o, int64_t m, int64_t n, int64_t Kc) {
+  if (o->path == SS_KNN_PATH_FUSED && Kc <= SS_KNN_FUSED_MAX_CANDIDATES) return SS_KNN_PATH_FUSED;
+  if (o->path != SS_KNN_PATH_AUTO || o->strategy != SS_KNN_AUTO || o->gemm_only) return SS_KNN_PATH_GEMM;
+  (void)m, (void)n; /* measured (docs/knn.md): the tiled path is faster at every benchmarked size */
+  return SS_KNN_PATH_GEMM;
+}
+
+ss_status check_opts(ss_ctx *ctx, const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t *Kc) {
+  *Kc = ss_knn_candidates(o->k, ix->n);
+  if (*Kc > SS_KNN_GPU_MAX_CANDIDATES)
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "knn: k = %lld needs %lld candidates per query, more than the GPU limit "
+                   "of %d (use --device cpu)", (long long)o->k, (long long)*Kc, SS_KNN_GPU_MAX_CANDIDATES);
+  if (o->query_tile < 1 || o->ref_tile < 1)
+    return ss_fail(ctx, SS_ERR_INPUT, "knn: query_tile and ref_tile must be >= 1, got %lld and %lld",
+                   (long long)o->query_tile, (long long)o->ref_tile);
+  if (m >= kNoIndex)
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "knn: %lld queries in one call exceed the GPU limit of %d", (long long)m,
+                   kNoIndex - 1);
+  return SS_OK;
+}
+
+ss_status download(ss_ctx *ctx, cudaStream_t s, const knn_dev *dv, int64_t m, int64_t k, int64_t *idx, double *dist,
+                   uint8_t *cert) {
+  int64_t mk = m * k;
   std::vector<int> tmp;
   try {
     tmp.resize((size_t)mk);
   } catch (...) {
     return ss_fail(ctx, SS_ERR_NOMEM, "knn: out of host memory for %lld neighbour indices", (long long)mk);
   }
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(tmp.data(), r.dv->out_i.p, (size_t)mk * sizeof(int), cudaMemcpyDeviceToHost, r.s1));
-  if (dist)
-    SS_CUDA_TRY(ctx, cudaMemcpyAsync(dist, r.dv->out_d.p, (size_t)mk * sizeof(double), cudaMemcpyDeviceToHost, r.s1));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(cert, r.dv->cert.p, (size_t)m, cudaMemcpyDeviceToHost, r.s1));
-  SS_CUDA_TRY(ctx, cudaStreamSynchronize(r.s1));
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(tmp.data(), dv->out_i.p, (size_t)mk * sizeof(int), cudaMemcpyDeviceToHost, s));
+  if (dist) SS_CUDA_TRY(ctx, cudaMemcpyAsync(dist, dv->out_d.p, (size_t)mk * sizeof(double), cudaMemcpyDeviceToHost, s));
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(cert, dv->cert.p, (size_t)m, cudaMemcpyDeviceToHost, s));
+  SS_CUDA_TRY(ctx, cudaStreamSynchronize(s));
   for (int64_t i = 0; i < mk; i++) idx[i] = tmp[(size_t)i];
   return SS_OK;
 }
@@ -595,6 +958,14 @@ extern "C" ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix) {
   }
   SS_CUDA_TRY(ctx, cudaEventCreate(&dv->t0));
   SS_CUDA_TRY(ctx, cudaEventCreate(&dv->t1));
+  SS_CUDA_TRY(ctx, cudaEventCreateWithFlags(&dv->start, cudaEventDisableTiming));
+  SS_CUDA_TRY(ctx, cudaEventCreateWithFlags(&dv->done, cudaEventDisableTiming));
+  SS_CUDA_TRY(ctx, cudaDeviceGetAttribute(&dv->sm_count, cudaDevAttrMultiProcessorCount, ss_cuda_of(ix->be)->device));
+  /* the largest finish buffers: K' = SS_KNN_GPU_MAX_CANDIDATES candidates and the scan buffer */
+  int pmax = next_pow2(SS_KNN_GPU_MAX_CANDIDATES), scan = finish_scan_size(SS_KNN_GPU_MAX_CANDIDATES);
+  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_finish, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)finish_smem(pmax + 1, pmax > scan ? pmax : scan)));
+  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_fused, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fused_smem()));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref, n * d, "KNN references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_c, n * d, "KNN centred references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_norm, n, "KNN reference norms"));
@@ -628,6 +999,8 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
     if (dv->gemm_done[i]) cudaEventDestroy(dv->gemm_done[i]);
     if (dv->sel_done[i]) cudaEventDestroy(dv->sel_done[i]);
   }
+  if (dv->start) cudaEventDestroy(dv->start);
+  if (dv->done) cudaEventDestroy(dv->done);
   if (dv->t0) cudaEventDestroy(dv->t0);
   if (dv->t1) cudaEventDestroy(dv->t1);
   if (dv->sel) cudaStreamDestroy(dv->sel);
@@ -635,42 +1008,68 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   ix->cuda = nullptr;
 }
 
+extern "C" ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
+                                               const float *d_query, int64_t m, int32_t *d_idx, double *d_dist,
+                                               uint8_t *d_certified, ss_knn_stats *stats) {
+  int64_t Kc;
+  SS_TRY(check_opts(ctx, ix, o, m, &Kc));
+  int path = choose_path(o, m, ix->n, Kc);
+  if (stats) {
+    stats->candidates = Kc;
+    stats->path = path;
+  }
+  if (m == 0) return SS_OK;
+  finish_out out = {(int *)d_idx, d_dist, d_certified};
+  if (path == SS_KNN_PATH_FUSED) return fused_search(ctx, ix, o, d_query, m, (int)Kc, out, stats);
+  return tiled_search(ctx, ix, o, d_query, m, (int)Kc, out, stats);
+}
+
 extern "C" ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query,
                                         int64_t m, int64_t *idx, double *dist, uint8_t *certified,
                                         ss_knn_stats *stats) {
-  int64_t Kc = ss_knn_candidates(o->k, ix->n);
-  if (Kc > SS_KNN_GPU_MAX_CANDIDATES)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "knn: k = %lld needs %lld candidates per query, more than the GPU limit "
-                   "of %d (use --device cpu)", (long long)o->k, (long long)Kc, SS_KNN_GPU_MAX_CANDIDATES);
-  if (o->query_tile < 1 || o->ref_tile < 1)
-    return ss_fail(ctx, SS_ERR_INPUT, "knn: query_tile and ref_tile must be >= 1, got %lld and %lld",
-                   (long long)o->query_tile, (long long)o->ref_tile);
-  search_run r;
-  r.ix = ix;
-  r.dv = (knn_dev *)ix->cuda;
-  r.s0 = ss_cuda_stream(ix->be);
-  r.s1 = r.dv->sel;
-  r.blas = ss_cuda_cublas(ix->be);
-  SS_CUBLAS_TRY(ctx, cublasSetStream(r.blas, r.s0));
-  SS_TRY(plan_search(ctx, o, ix->n, m, ix->d, (int)Kc, &r.p, ws_held(r.dv)));
-  SS_TRY(alloc_workspace(ctx, r.dv, r.p, m, ix->d));
-  r.qc = (const float *)r.dv->qc.p;
-  r.qn = (const float *)r.dv->qn.p;
-  SS_TRY(upload_queries(ctx, r, query, m));
-  int strategy = SS_KNN_AUTO;
-  if (!o->gemm_only) SS_TRY(resolve_strategy(ctx, r, o->strategy, m, &strategy));
-  SS_TRY(run_tiles(ctx, r, strategy, m, o->gemm_only));
-  if (o->gemm_only) {
-    SS_CUDA_TRY(ctx, cudaStreamSynchronize(r.s0));
-  } else {
-    SS_TRY(download(ctx, r, m, idx, dist, certified));
-    SS_CUDA_TRY(ctx, cudaStreamSynchronize(r.s0));
+  int64_t Kc;
+  SS_TRY(check_opts(ctx, ix, o, m, &Kc));
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  int64_t d = ix->d, mk = m * o->k;
+  SS_TRY(ws_ensure(ctx, &dv->q, (size_t)(m * d) * sizeof(float), "KNN queries"));
+  SS_TRY(ws_ensure(ctx, &dv->out_i, (size_t)mk * sizeof(int), "KNN neighbour indices"));
+  SS_TRY(ws_ensure(ctx, &dv->out_d, (size_t)mk * sizeof(double), "KNN neighbour distances"));
+  SS_TRY(ws_ensure(ctx, &dv->cert, (size_t)m, "KNN certificates"));
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(dv->q.p, query, (size_t)(m * d) * sizeof(float), cudaMemcpyHostToDevice, s));
+  if (o->gemm_only) { /* the old end-to-end yardstick: upload, centring and the SGEMM tiles */
+    search_run r;
+    r.ix = ix, r.dv = dv, r.s0 = s;
+    SS_TRY(ws_ensure(ctx, &dv->qc, (size_t)(m * d) * sizeof(float), "KNN centred queries"));
+    SS_TRY(ws_ensure(ctx, &dv->qn, (size_t)m * sizeof(float), "KNN query norms"));
+    SS_TRY(centre_queries(ctx, r, (const float *)dv->q.p, m));
+    SS_TRY(ss_knn_cuda_search_device(ctx, ix, o, (const float *)dv->qc.p, m, nullptr, nullptr, nullptr, stats));
+    SS_CUDA_TRY(ctx, cudaStreamSynchronize(s));
+    return SS_OK;
   }
-  if (stats) {
-    stats->candidates = Kc;
-    stats->strategy = strategy;
-    stats->query_tile = r.p.Q;
-    stats->ref_tile = r.p.R;
+  SS_TRY(ss_knn_cuda_search_device(ctx, ix, o, (const float *)dv->q.p, m, (int32_t *)dv->out_i.p,
+                                   dist ? (double *)dv->out_d.p : nullptr, (uint8_t *)dv->cert.p, stats));
+  return download(ctx, s, dv, m, o->k, idx, dist, certified);
+}
+
+extern "C" ss_status ss_knn_cuda_time_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
+                                            const float *d_query, int64_t m, int32_t *d_idx, double *d_dist,
+                                            uint8_t *d_certified, int repeats, double *median_s, ss_knn_stats *stats) {
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  std::vector<float> ms;
+  SS_TRY(ss_knn_cuda_search_device(ctx, ix, o, d_query, m, d_idx, d_dist, d_certified, stats));
+  SS_CUDA_TRY(ctx, cudaStreamSynchronize(s));
+  for (int rep = 0; rep < repeats; rep++) {
+    SS_CUDA_TRY(ctx, cudaEventRecord(dv->t0, s));
+    SS_TRY(ss_knn_cuda_search_device(ctx, ix, o, d_query, m, d_idx, d_dist, d_certified, stats));
+    SS_CUDA_TRY(ctx, cudaEventRecord(dv->t1, s));
+    SS_CUDA_TRY(ctx, cudaEventSynchronize(dv->t1));
+    float t;
+    SS_CUDA_TRY(ctx, cudaEventElapsedTime(&t, dv->t0, dv->t1));
+    ms.push_back(t);
   }
+  std::sort(ms.begin(), ms.end());
+  *median_s = ms.empty() ? 0.0 : 1e-3 * (double)ms[ms.size() / 2];
   return SS_OK;
 }

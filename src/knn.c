@@ -258,15 +258,10 @@ static ss_status cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   uint8_t *cert;
   SS_TRY(SS_ALLOC(ctx, cert, (size_t)(m > 0 ? m : 1), "KNN certificates"));
   ss_status st = ss_knn_cuda_search(ctx, ix, o, query, m, idx, dist, cert, stats);
-  int64_t fallbacks = 0, k = o->k;
-  if (st == SS_OK && !o->gemm_only) {
-    SS_OMP(omp parallel for schedule(dynamic, 1) reduction(+ : fallbacks) num_threads(ss_threads_resolve(ix->be->n_threads)))
-    for (int64_t i = 0; i < m; i++) {
-      if (cert[i]) continue;
-      ss_knn_exact_scan(ix->ref, ix->n, ix->d, query + i * ix->d, k, idx + i * k, dist ? dist + i * k : NULL);
-      fallbacks++;
-    }
-    if (stats) stats->fallbacks = fallbacks;
+  if (st == SS_OK && !o->gemm_only && stats) {
+    int64_t fallbacks = 0; /* the device already answered these by the exact scan */
+    for (int64_t i = 0; i < m; i++) fallbacks += !cert[i];
+    stats->fallbacks = fallbacks;
   }
   free(cert);
   return st;

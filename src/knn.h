@@ -4,12 +4,14 @@
  *  1. candidates: squared L2 distances ‖x‖² + ‖y‖² − 2x·y in float on data centred by the
  *     reference mean (clamped at 0), tiled over queries and references; the K' = k + margin
  *     smallest by (approximate distance, index) are kept per query. On the GPU the cross term is
- *     a cuBLAS SGEMM per tile and the selection is k-pass minimum, bitonic sort or a warp queue.
+ *     a cuBLAS SGEMM per tile and the selection is k-pass minimum, bitonic sort or a warp queue
+ *     (or one fused distance-and-selection kernel, ss_knn_opts.path).
  *  2. exact re-rank: the candidates' distances are recomputed exactly as ss_knn_exact_dist()
  *     (double precision, fixed order, no fused multiply-add: bit-identical on CPU and GPU), sorted
  *     by (exact distance, index) and cut to k. A certificate — the K'-th approximate distance minus
  *     a rigorous bound on the float error exceeds the k-th exact distance — proves that no
- *     non-candidate can belong to the top k; a query without it is answered by an exact full scan.
+ *     non-candidate can belong to the top k; a query without it is answered by an exact full scan
+ *     (on the GPU by the device, in the same kernel).
  * Result contract: the k neighbours of a query are the first k references in the order
  * (ss_knn_exact_dist, reference index), ties included, on every backend and strategy. */
 #ifndef SS_KNN_H
@@ -75,8 +77,15 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
   return kc < n ? kc : n;
 }
 
+/* GPU path: the fused kernel (distances and selection in one pass; K' <= SS_KNN_FUSED_MAX_CANDIDATES,
+ * else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a selection kernel), or auto —
+ * currently always the tiled path, which measured faster at every benchmarked size (docs/knn.md). */
+typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_knn_path;
+#define SS_KNN_FUSED_MAX_CANDIDATES 64
+
 typedef struct {
   int64_t k;
+  int path;           /* ss_knn_path (GPU) */
   int strategy;       /* ss_knn_strategy; the CPU always selects with a heap */
   int64_t query_tile; /* queries per distance tile (GPU) */
   int64_t ref_tile;   /* references per distance tile (GPU) */
@@ -87,6 +96,7 @@ typedef struct {
   int64_t candidates;  /* K' per query */
   int64_t fallbacks;   /* queries answered by the exact full scan (no certificate) */
   int strategy;        /* the GPU strategy that ran (auto resolved); SS_KNN_AUTO on the CPU */
+  int path;            /* the GPU path that ran (ss_knn_path, auto resolved) */
   int64_t query_tile, ref_tile; /* GPU tiles used */
 } ss_knn_stats;
 
@@ -133,8 +143,8 @@ ss_status ss_knn_cross_validate(ss_ctx *ctx, const ss_backend *be, const ss_knn_
                                 const int32_t *labels, int64_t n, int64_t d, int64_t folds, uint64_t seed,
                                 int64_t *correct);
 
-/* Backends (called by the dispatchers above). The CUDA search fills the top k after the exact
- * re-rank and a certificate flag per query; the caller completes uncertified queries. */
+/* Backends (called by the dispatchers above). The CUDA search fills the complete top k and a flag
+ * per query: 1 = certified, 0 = answered by the exact full scan (done on the device). */
 ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
                             int64_t *idx, double *dist, ss_knn_stats *stats);
 /* Exact full scan of one query (the fallback and the tests' yardstick): the first k references in
@@ -145,6 +155,22 @@ ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix);
 void ss_knn_cuda_index_free(ss_knn_index *ix);
 ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
                              int64_t *idx, double *dist, uint8_t *certified, ss_knn_stats *stats);
+/* Device-resident search (the live-mode assignment stage's entry): d_query (m × d, original
+ * coordinates) and the outputs d_idx (m × k), d_dist (m × k, may be NULL), d_certified (m: 1 =
+ * certified, 0 = answered by the exact scan on the device) are device pointers. Everything is
+ * queued on the backend stream with no host synchronisation, except on the first call of a size
+ * (work-buffer growth; `auto` strategy calibration of the tiled path). The result contract is the
+ * same as ss_knn_search's; stats->fallbacks is not filled (it would need the flags on the host).
+ * With o->gemm_only (benchmark hook) only the distance SGEMM tiles run, on d_query as given. */
+/* Benchmark hook: the median over `repeats` (after one warm-up call) of the GPU time of one
+ * ss_knn_cuda_search_device call, between CUDA events on the backend stream (host launch overhead
+ * included wherever the GPU waits for it). */
+ss_status ss_knn_cuda_time_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m,
+                                  int32_t *d_idx, double *d_dist, uint8_t *d_certified, int repeats, double *median_s,
+                                  ss_knn_stats *stats);
+ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query,
+                                    int64_t m, int32_t *d_idx, double *d_dist, uint8_t *d_certified,
+                                    ss_knn_stats *stats);
 
 /* The CSV layout of the stand-alone tool: a first line "numels,newels,classes,dim" (four integers;
  * a line with those literal names before it is skipped), then numels + newels rows of dim

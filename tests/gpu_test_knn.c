@@ -7,6 +7,9 @@
 #include <time.h>
 
 #include "src/knn.h"
+#if SS_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "src/rng.h"
 #include "ss_test.h"
 
@@ -46,17 +49,22 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
   assert_int_equal(ss_knn_search(&ctx, cx, &o, q, c->m, ci, cd, NULL), SS_OK);
   for (int64_t i = 0; i < c->m; i++)
     for (int64_t r = 0; r + 1 < c->k; r++) ties += cd[i * c->k + r] == cd[i * c->k + r + 1];
-  const int strategies[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP, SS_KNN_AUTO};
-  for (int s = 0; s < 4; s++) {
+  /* the tiled path with each selection, the fused path (when K' allows it), and auto */
+  const int strategies[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP, SS_KNN_AUTO, SS_KNN_AUTO};
+  const int paths[] = {SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_FUSED, SS_KNN_PATH_AUTO};
+  for (int s = 0; s < 5; s++) {
     o.strategy = strategies[s];
+    o.path = paths[s];
     ss_knn_stats st;
     if (ss_knn_search(&ctx, gx, &o, q, c->m, gi, gd, &st) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
     int64_t diff = 0;
     for (int64_t i = 0; i < mk; i++) diff += ci[i] != gi[i] || cd[i] != gd[i];
-    printf("n %lld m %lld d %lld k %lld tiles %lldx%lld grid %d, %s: %lld differences, %lld ties, %lld fallbacks\n",
-           (long long)c->n, (long long)c->m, (long long)c->d, (long long)c->k, (long long)st.query_tile,
-           (long long)st.ref_tile, c->grid, ss_knn_strategy_name(st.strategy), (long long)diff, (long long)ties,
-           (long long)st.fallbacks);
+    printf("n %lld m %lld d %lld k %lld tiles %lldx%lld grid %d, %s %s: %lld differences, %lld ties, %lld "
+           "fallbacks\n", (long long)c->n, (long long)c->m, (long long)c->d, (long long)c->k, (long long)st.query_tile,
+           (long long)st.ref_tile, c->grid, st.path == SS_KNN_PATH_FUSED ? "fused" : "tiled",
+           ss_knn_strategy_name(st.strategy), (long long)diff, (long long)ties, (long long)st.fallbacks);
+    if (paths[s] != SS_KNN_PATH_AUTO) assert_int_equal(st.path, ss_knn_candidates(c->k, c->n) <= SS_KNN_FUSED_MAX_CANDIDATES
+                                                                    ? paths[s] : SS_KNN_PATH_GEMM);
     assert_int_equal(diff, 0);
   }
   ss_knn_index_free(cx);
@@ -76,8 +84,66 @@ static void cpu_gpu_identical(void **state) {
       {20011, 1001, 24, 70, 333, 4999, 0},     /* small odd tiles: many of both kinds */
       {9000, 400, 3, 15, 4096, 65536, 1},      /* coordinates in {0,1,2}: exact ties everywhere */
       {600, 50, 8, 600, 4096, 65536, 0},       /* k = n */
+      {1024, 1200, 32, 25, 4096, 65536, 0},    /* the published grid's smallest case */
+      {33000, 1300, 256, 25, 4096, 65536, 0},  /* fused: many splits, d a multiple of the dimension tile */
+      {4999, 130, 45, 49, 4096, 65536, 0},     /* fused: the largest K' (64), queries and d off the tiles */
+      {40, 70, 3, 40, 4096, 65536, 0},         /* fused: k = n smaller than one reference tile */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
+}
+
+/* The device-resident entry: queries and outputs on the device, same answer as the CPU. */
+static void device_entry_identical(void **state) {
+  (void)state;
+#if SS_HAVE_CUDA
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend cpu = open_be(SS_DEVICE_CPU), gpu = open_be(SS_DEVICE_CUDA);
+  const int64_t n = 8191, m = 777, d = 20, k = 12;
+  float *ref = random_points(n, d, 51, 0), *q = random_points(m, d, 52, 0);
+  int64_t *ci = malloc(sizeof(int64_t) * m * k);
+  int32_t *gi = malloc(sizeof(int32_t) * m * k);
+  double *cd = malloc(sizeof(double) * m * k), *gd = malloc(sizeof(double) * m * k);
+  uint8_t *cert = malloc((size_t)m);
+  ss_knn_index *cx, *gx;
+  assert_int_equal(ss_knn_index_create(&ctx, &cpu, ref, n, d, &cx), SS_OK);
+  assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, n, d, &gx), SS_OK);
+  ss_knn_opts o = {.k = k, .query_tile = 4096, .ref_tile = 65536};
+  assert_int_equal(ss_knn_search(&ctx, cx, &o, q, m, ci, cd, NULL), SS_OK);
+  float *dq;
+  int32_t *di;
+  double *dd;
+  uint8_t *dc;
+  assert_int_equal(cudaMalloc((void **)&dq, sizeof(float) * m * d), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&di, sizeof(int32_t) * m * k), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&dd, sizeof(double) * m * k), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&dc, (size_t)m), cudaSuccess);
+  assert_int_equal(cudaMemcpy(dq, q, sizeof(float) * m * d, cudaMemcpyHostToDevice), cudaSuccess);
+  const int paths[] = {SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
+  for (int p = 0; p < 2; p++) {
+    o.path = paths[p];
+    ss_knn_stats st;
+    assert_int_equal(cudaMemset(di, 0xff, sizeof(int32_t) * m * k), cudaSuccess);
+    if (ss_knn_cuda_search_device(&ctx, gx, &o, dq, m, di, dd, dc, &st) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+    assert_int_equal(st.path, paths[p]);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(gi, di, sizeof(int32_t) * m * k, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(gd, dd, sizeof(double) * m * k, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(cert, dc, (size_t)m, cudaMemcpyDeviceToHost), cudaSuccess);
+    int64_t diff = 0, certified = 0;
+    for (int64_t i = 0; i < m * k; i++) diff += ci[i] != gi[i] || cd[i] != gd[i];
+    for (int64_t i = 0; i < m; i++) certified += cert[i];
+    printf("device entry, %s path: %lld differences, %lld of %lld certified\n", p ? "tiled" : "fused", (long long)diff,
+           (long long)certified, (long long)m);
+    assert_int_equal(diff, 0);
+  }
+  cudaFree(dq), cudaFree(di), cudaFree(dd), cudaFree(dc);
+  ss_knn_index_free(cx);
+  ss_knn_index_free(gx);
+  free(ref), free(q), free(ci), free(gi), free(cd), free(gd), free(cert);
+  ss_backend_close(&cpu);
+  ss_backend_close(&gpu);
+#endif
 }
 
 static void incremental_identical(void **state) {
@@ -167,6 +233,7 @@ int main(void) {
   ss_test_require_gpu();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cpu_gpu_identical),
+      cmocka_unit_test(device_entry_identical),
       cmocka_unit_test(incremental_identical),
       cmocka_unit_test(k_beyond_gpu_limit),
       cmocka_unit_test(cli_both_devices),

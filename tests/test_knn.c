@@ -308,7 +308,16 @@ static void cli_errors(void **state) {
   free(so), free(se);
   snprintf(args, sizeof(args), "knn '%s' --strategy fastest", small);
   assert_int_equal(ss_test_run_cli(args, &so, &se), 1);
-  assert_non_null(strstr(se, "knn.strategy"));
+  assert_string_equal(se, "spikestream knn: --strategy: expected one of \"auto\", \"kmin\", \"bitonic\", "
+                          "\"warp\", got \"fastest\"\n");
+  free(so), free(se);
+  snprintf(args, sizeof(args), "knn '%s' --k 0", small);
+  assert_int_equal(ss_test_run_cli(args, &so, &se), 1);
+  assert_string_equal(se, "spikestream knn: --k: expected an integer in [1, 100000], got 0\n");
+  free(so), free(se);
+  snprintf(args, sizeof(args), "knn '%s' --k seven", small);
+  assert_int_equal(ss_test_run_cli(args, &so, &se), 2);
+  assert_string_equal(se, "spikestream knn: --k: cannot read \"seven\"\n");
   free(so), free(se);
   assert_int_equal(ss_test_run_cli("knn --help", &so, &se), 0);
   assert_non_null(strstr(so, "usage: spikestream knn"));

@@ -144,9 +144,9 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
 static ss_status load_params(ss_ctx *ctx, const knn_cli *c, ss_params *p) {
   ss_params_defaults(p);
   if (c->params) SS_TRY(ss_params_load_file(ctx, c->params, p));
-  if (c->k) SS_TRY(ss_params_set(ctx, p, "knn.k", c->k));
-  if (c->strategy) SS_TRY(ss_params_set(ctx, p, "knn.strategy", c->strategy));
-  if (c->seed) SS_TRY(ss_params_set(ctx, p, "seed", c->seed));
+  if (c->k) SS_TRY(ss_params_set_named(ctx, p, "knn.k", c->k, "--k"));
+  if (c->strategy) SS_TRY(ss_params_set_named(ctx, p, "knn.strategy", c->strategy, "--strategy"));
+  if (c->seed) SS_TRY(ss_params_set_named(ctx, p, "seed", c->seed, "--seed"));
   return SS_OK;
 }
 
