@@ -7,6 +7,7 @@
 
 #include <getopt.h>
 
+#include "io/source.h"
 #include "src/status.h"
 
 typedef struct {
@@ -50,6 +51,48 @@ typedef int (*ss_cli_option_fn)(int opt, const char *arg, void *user);
  * argv[*first_arg .. argc), or the exit code to return (help: 0, usage error: 2). */
 int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
                  ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg);
+
+/* --- shared option groups and helpers (src/cli/cli_util.c) ------------------------------------ */
+
+/* Options that describe how to open a recording (io/source.h), shared by every command that reads
+ * one. Their values lie outside the letters, so they have no short forms. */
+enum {
+  SS_CLI_OPT_SERIES = 0x2001, SS_CLI_OPT_DATASET, SS_CLI_OPT_RATE, SS_CLI_OPT_LAYOUT, SS_CLI_OPT_CHANNELS,
+  SS_CLI_OPT_OFFSET, SS_CLI_OPT_UV_PER_STEP, SS_CLI_OPT_FORMAT
+};
+#define SS_CLI_SOURCE_LONGOPTS                                       \
+  {"series", required_argument, NULL, SS_CLI_OPT_SERIES},            \
+  {"dataset", required_argument, NULL, SS_CLI_OPT_DATASET},          \
+  {"rate", required_argument, NULL, SS_CLI_OPT_RATE},                \
+  {"layout", required_argument, NULL, SS_CLI_OPT_LAYOUT},            \
+  {"channels", required_argument, NULL, SS_CLI_OPT_CHANNELS},        \
+  {"offset", required_argument, NULL, SS_CLI_OPT_OFFSET},            \
+  {"uv-per-step", required_argument, NULL, SS_CLI_OPT_UV_PER_STEP},  \
+  {"format", required_argument, NULL, SS_CLI_OPT_FORMAT}
+#define SS_CLI_SOURCE_HELP \
+  "source options:\n" \
+  "  --series NAME     NWB: the ElectricalSeries under /acquisition (default: the first);\n" \
+  "                    Kwik: the recording (default: 0)\n" \
+  "  --dataset PATH    plain HDF5: the dataset holding the samples\n" \
+  "  --rate HZ         sampling rate (plain HDF5 and binary; Kwik files without sample_rate)\n" \
+  "  --layout L        plain HDF5: time-major (default) or channel-major\n" \
+  "  --channels N      flat binary: channels per frame\n" \
+  "  --offset BYTES    flat binary: header bytes to skip (default 0)\n" \
+  "  --uv-per-step X   microvolts per step for formats without a scale\n" \
+  "  --format F        auto (default), nwb, kwik, hdf5 or binary\n"
+
+/* Handle one source option into *spec: returns -1 when `opt` is not a source option, else 0 or an
+ * exit code (2) after printing the problem. */
+int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_spec *spec, ss_ctx *ctx);
+
+/* Parse a number >= min / an integer in [min, max] given to --opt; 0 or exit code 2 with a message. */
+int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min, double *out);
+int ss_cli_integer(const char *cmd, const char *opt, const char *arg, long long min, long long max, long long *out);
+
+/* Create a directory if missing (its parent must exist). */
+ss_status ss_cli_make_dir(ss_ctx *ctx, const char *dir);
+/* A file's name up to its first dot, without the folder ("a/session.raw.kwd" → "session"). */
+void ss_cli_base_name(const char *path, char *buf, size_t len);
 
 /* Print a usage problem ("spikestream CMD: ..." plus a hint) and return 2. */
 int ss_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

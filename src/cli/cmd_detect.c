@@ -1,10 +1,8 @@
 /* cmd_detect.c — `spikestream detect INPUT -o DIR`: the front end alone (filter, thresholds,
  * flood-fill detection, PCA features, masks) → DIR/results.h5 and DIR/BASE.fet.1 + BASE.fmask.1. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "io/klustakwik.h"
 #include "io/results_h5.h"
@@ -26,9 +24,7 @@ static const char usage[] =
     "                         alone, with a warning)\n"
     "      --params J         parameter JSON (docs/params.md)\n"
     "      --threads N        CPU threads (default: all)\n"
-    "source options (as `spikestream inspect`):\n"
-    "      --series NAME, --dataset PATH, --rate HZ, --layout L, --channels N, --offset BYTES,\n"
-    "      --uv-per-step X, --format F\n\noptions:\n" SS_CLI_COMMON_HELP;
+    SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;
@@ -37,72 +33,23 @@ typedef struct {
   ss_ctx *ctx;
 } detect_args;
 
-static int number(const char *opt, const char *arg, double min, double *out) {
-  char *end = NULL;
-  *out = strtod(arg, &end);
-  if (!*arg || *end || !(*out >= min))
-    return ss_cli_usage_error("detect", "--%s: expected a number >= %g, got \"%s\"", opt, min, arg);
-  return 0;
-}
-
-static int integer(const char *opt, const char *arg, double min, int *out) {
-  double v = 0;
-  int code = number(opt, arg, min, &v);
-  if (!code && (v != (int)v || v > 1e6)) code = ss_cli_usage_error("detect", "--%s: expected an integer, got \"%s\"", opt, arg);
-  *out = (int)v;
-  return code;
-}
-
 static int on_option(int opt, const char *arg, void *user) {
   detect_args *a = user;
-  ss_source_spec *s = &a->spec;
-  double v = 0;
+  long long n = 0;
   int code = 0;
   switch (opt) {
     case 'o': a->out_dir = arg; break;
     case 'p': a->probe_path = arg; break;
     case 'j': a->params_path = arg; break;
-    case 't': code = integer("threads", arg, 1, &a->threads); break;
-    case 's': s->series = arg; break;
-    case 'd': s->dataset = arg; break;
-    case 'r': code = number("rate", arg, 1e-9, &s->rate_hz); break;
-    case 'c': code = integer("channels", arg, 1, &s->n_channels); break;
-    case 'b':
-      code = number("offset", arg, 0, &v);
-      s->byte_offset = (int64_t)v;
+    case 't':
+      code = ss_cli_integer("detect", "threads", arg, 1, 4096, &n);
+      a->threads = (int)n;
       break;
-    case 'u': code = number("uv-per-step", arg, 1e-12, &s->uv_per_step); break;
-    case 'l':
-      if (ss_source_layout_parse(a->ctx, arg, &s->layout) != SS_OK)
-        code = ss_cli_usage_error("detect", "--%s", ss_error_message(a->ctx));
-      break;
-    case 'f':
-      if (ss_source_format_parse(a->ctx, arg, &s->format) != SS_OK)
-        code = ss_cli_usage_error("detect", "--%s", ss_error_message(a->ctx));
-      break;
-    default: code = ss_cli_usage_error("detect", "unknown option");
+    default:
+      code = ss_cli_source_option("detect", opt, arg, &a->spec, a->ctx);
+      if (code < 0) code = ss_cli_usage_error("detect", "unknown option");
   }
   return code;
-}
-
-/* BASE: the input's file name up to its first dot ("session.raw.kwd" → "session"). */
-static void base_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  const char *name = slash ? slash + 1 : path;
-  const char *dot = strchr(name + 1, '.');
-  size_t n = dot ? (size_t)(dot - name) : strlen(name);
-  if (n >= len) n = len - 1;
-  memcpy(buf, name, n);
-  buf[n] = '\0';
-}
-
-static ss_status make_dir(ss_ctx *ctx, const char *dir) {
-  if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return SS_OK;
-    return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
-  }
-  return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
 }
 
 /* The probe: the file given, else the NWB electrode positions, else none (channels alone). */
@@ -138,7 +85,7 @@ static ss_status write_klustakwik(ss_ctx *ctx, const char *dir, const char *base
 }
 
 static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_params *p, const ss_spikes *s) {
-  SS_TRY(make_dir(ctx, a->out_dir));
+  SS_TRY(ss_cli_make_dir(ctx, a->out_dir));
   char *json = ss_params_to_json(p);
   if (!json) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: parameter JSON");
   ss_results_core core = {.sample_rate = s->rate_hz,
@@ -157,7 +104,7 @@ static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_param
   ss_status st = ss_results_write(ctx, path, &core);
   free(json);
   SS_TRY(st);
-  base_name(a->spec.path, base, sizeof(base));
+  ss_cli_base_name(a->spec.path, base, sizeof(base));
   return write_klustakwik(ctx, a->out_dir, base, s);
 }
 
@@ -205,22 +152,11 @@ int ss_cmd_detect(int argc, char **argv, ss_ctx *ctx) {
                                        {"probe", required_argument, NULL, 'p'},
                                        {"params", required_argument, NULL, 'j'},
                                        {"threads", required_argument, NULL, 't'},
-                                       {"series", required_argument, NULL, 's'},
-                                       {"dataset", required_argument, NULL, 'd'},
-                                       {"rate", required_argument, NULL, 'r'},
-                                       {"layout", required_argument, NULL, 'l'},
-                                       {"channels", required_argument, NULL, 'c'},
-                                       {"offset", required_argument, NULL, 'b'},
-                                       {"uv-per-step", required_argument, NULL, 'u'},
-                                       {"format", required_argument, NULL, 'f'},
+                                       SS_CLI_SOURCE_LONGOPTS,
                                        {0, 0, 0, 0}};
   detect_args a;
   memset(&a, 0, sizeof(a));
   a.ctx = ctx;
-  /* the shared parser knows only the common short options: -o is --output */
-  static char output_opt[] = "--output";
-  for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-    if (strcmp(argv[i], "-o") == 0) argv[i] = output_opt;
   int first, code = ss_cli_parse(argc, argv, "detect", opts, usage, ctx, on_option, &a, &first);
   if (code >= 0) return code;
   if (first != argc - 1) return ss_cli_usage_error("detect", "expected one input recording");

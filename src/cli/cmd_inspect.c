@@ -9,22 +9,13 @@
 #include "src/cli/cli.h"
 
 static const char usage[] =
-    "usage: spikestream inspect INPUT [--series NAME] [--dataset PATH --rate HZ --layout L]\n"
-    "                           [--channels N --rate HZ --offset BYTES] [--format F] [options]\n\n"
+    "usage: spikestream inspect INPUT [source options] [--check-nwb] [options]\n\n"
     "Open a recording (NWB 2.x, Kwik .raw.kwd, plain HDF5 or flat int16 binary; detected from the file)\n"
     "and print its format, sampling rate, channels, duration, sample count, scale and whether it\n"
     "carries channel positions.\n\n"
-    "  --series NAME     NWB: the ElectricalSeries under /acquisition (default: the first);\n"
-    "                    Kwik: the recording (default: 0)\n"
-    "  --dataset PATH    plain HDF5: the dataset holding the samples\n"
-    "  --rate HZ         sampling rate (plain HDF5 and binary; Kwik files without sample_rate)\n"
-    "  --layout L        plain HDF5: time-major (default) or channel-major\n"
-    "  --channels N      flat binary: channels per frame\n"
-    "  --offset BYTES    flat binary: header bytes to skip (default 0)\n"
-    "  --uv-per-step X   microvolts per step for formats without a scale\n"
-    "  --format F        auto (default), nwb, kwik, hdf5 or binary\n"
     "  --check-nwb       also run the NWB 2.x structural check (paths, attributes, neurodata types,\n"
-    "                    tables, references); exit 1 with one line per problem\n\noptions:\n" SS_CLI_COMMON_HELP;
+    "                    tables, references); exit 1 with one line per problem\n" SS_CLI_SOURCE_HELP
+    "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;
@@ -32,45 +23,14 @@ typedef struct {
   int check_nwb;
 } inspect_args;
 
-static int number(const char *opt, const char *arg, double min, double *out) {
-  char *end = NULL;
-  *out = strtod(arg, &end);
-  if (!*arg || *end || !(*out >= min))
-    return ss_cli_usage_error("inspect", "--%s: expected a number >= %g, got \"%s\"", opt, min, arg);
-  return 0;
-}
-
 static int on_option(int opt, const char *arg, void *user) {
   inspect_args *a = user;
-  ss_source_spec *s = &a->spec;
-  double v = 0;
-  int code = 0;
-  switch (opt) {
-    case 's': s->series = arg; break;
-    case 'd': s->dataset = arg; break;
-    case 'r': code = number("rate", arg, 1e-9, &s->rate_hz); break;
-    case 'c':
-      code = number("channels", arg, 1, &v);
-      s->n_channels = (int)v;
-      if (!code && v != (int)v) code = ss_cli_usage_error("inspect", "--channels: expected an integer, got \"%s\"", arg);
-      break;
-    case 'o':
-      code = number("offset", arg, 0, &v);
-      s->byte_offset = (int64_t)v;
-      break;
-    case 'u': code = number("uv-per-step", arg, 1e-12, &s->uv_per_step); break;
-    case 'l':
-      if (ss_source_layout_parse(a->ctx, arg, &s->layout) != SS_OK)
-        code = ss_cli_usage_error("inspect", "--%s", ss_error_message(a->ctx));
-      break;
-    case 'f':
-      if (ss_source_format_parse(a->ctx, arg, &s->format) != SS_OK)
-        code = ss_cli_usage_error("inspect", "--%s", ss_error_message(a->ctx));
-      break;
-    case 'K': a->check_nwb = 1; break;
-    default: code = ss_cli_usage_error("inspect", "unknown option");
+  if (opt == 'K') {
+    a->check_nwb = 1;
+    return 0;
   }
-  return code;
+  int code = ss_cli_source_option("inspect", opt, arg, &a->spec, a->ctx);
+  return code >= 0 ? code : ss_cli_usage_error("inspect", "unknown option");
 }
 
 static void print_scale(const ss_source_info *in) {
@@ -86,14 +46,7 @@ static void print_scale(const ss_source_info *in) {
 }
 
 int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
-  static const struct option opts[] = {{"series", required_argument, NULL, 's'},
-                                       {"dataset", required_argument, NULL, 'd'},
-                                       {"rate", required_argument, NULL, 'r'},
-                                       {"layout", required_argument, NULL, 'l'},
-                                       {"channels", required_argument, NULL, 'c'},
-                                       {"offset", required_argument, NULL, 'o'},
-                                       {"uv-per-step", required_argument, NULL, 'u'},
-                                       {"format", required_argument, NULL, 'f'},
+  static const struct option opts[] = {SS_CLI_SOURCE_LONGOPTS,
                                        {"check-nwb", no_argument, NULL, 'K'},
                                        {0, 0, 0, 0}};
   inspect_args a;
