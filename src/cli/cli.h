@@ -85,9 +85,10 @@ enum {
  * exit code (2) after printing the problem. */
 int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_spec *spec, ss_ctx *ctx);
 
-/* Parse a number >= min / an integer in [min, max] given to --opt; 0 or exit code 2 with a message. */
+/* Parse a number >= min / an integer in [min, max] (max INT64_MAX: no upper bound) given to --opt
+ * (named without its dashes); 0, or exit code 2 after printing the problem. */
 int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min, double *out);
-int ss_cli_integer(const char *cmd, const char *opt, const char *arg, long long min, long long max, long long *out);
+int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int64_t *out);
 
 /* Create a directory if missing (its parent must exist). */
 ss_status ss_cli_make_dir(ss_ctx *ctx, const char *dir);

@@ -1,6 +1,8 @@
 /* cli_util.c — option groups and small helpers shared by several commands: the source options,
  * number parsing with usage messages, output directories and base names. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,13 +17,18 @@ int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min,
   return 0;
 }
 
-int ss_cli_integer(const char *cmd, const char *opt, const char *arg, long long min, long long max, long long *out) {
+int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int64_t *out) {
   char *end = NULL;
   errno = 0;
-  *out = strtoll(arg, &end, 10);
-  if (!*arg || *end || errno || *out < min || *out > max)
-    return ss_cli_usage_error(cmd, "--%s: expected an integer in [%lld, %lld], got \"%s\"", opt, min, max, arg);
-  return 0;
+  long long v = strtoll(arg, &end, 10);
+  if (*arg && !*end && !errno && v >= min && v <= max) {
+    *out = (int64_t)v;
+    return 0;
+  }
+  if (max == INT64_MAX)
+    return ss_cli_usage_error(cmd, "--%s: expected an integer >= %" PRId64 ", got \"%s\"", opt, min, arg);
+  return ss_cli_usage_error(cmd, "--%s: expected an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"", opt, min,
+                            max, arg);
 }
 
 /* Parse an enum-like source option value through its parser, reporting as a usage error. */
@@ -30,7 +37,7 @@ static int parsed(const char *cmd, ss_ctx *ctx, ss_status st) {
 }
 
 int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_spec *s, ss_ctx *ctx) {
-  long long n = 0;
+  int64_t n = 0;
   int code = 0;
   switch (opt) {
     case SS_CLI_OPT_SERIES: s->series = arg; return 0;
@@ -42,7 +49,7 @@ int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_sp
       s->n_channels = (int)n;
       return code;
     case SS_CLI_OPT_OFFSET:
-      code = ss_cli_integer(cmd, "offset", arg, 0, (long long)1 << 60, &n);
+      code = ss_cli_integer(cmd, "offset", arg, 0, (int64_t)1 << 60, &n);
       s->byte_offset = (int64_t)n;
       return code;
     case SS_CLI_OPT_LAYOUT: return parsed(cmd, ctx, ss_source_layout_parse(ctx, arg, &s->layout));

@@ -105,15 +105,7 @@ static int take_kk_flags(int argc, char **argv, cluster_args *a, int *out_argc) 
 }
 
 static int parse_int(const char *opt, const char *text, int64_t lo, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (errno || end == text || *end || v < lo) {
-    ss_cli_usage_error(CMD, "%s: expected an integer >= %" PRId64 ", got \"%s\"", opt, lo, text);
-    return 0;
-  }
-  *out = v;
-  return 1;
+  return ss_cli_integer(CMD, opt + 2, text, lo, INT64_MAX, out) == 0;
 }
 
 static int on_option(int opt, const char *arg, cluster_args *a, ss_ctx *ctx, int argc, char **argv) {

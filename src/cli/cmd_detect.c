@@ -35,7 +35,7 @@ typedef struct {
 
 static int on_option(int opt, const char *arg, void *user) {
   detect_args *a = user;
-  long long n = 0;
+  int64_t n = 0;
   int code = 0;
   switch (opt) {
     case 'o': a->out_dir = arg; break;

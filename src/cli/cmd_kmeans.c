@@ -47,15 +47,7 @@ typedef struct {
 } kmeans_args;
 
 static int parse_int(const char *opt, const char *text, int64_t lo, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (errno || end == text || *end || v < lo) {
-    ss_cli_usage_error(CMD, "%s: expected an integer >= %" PRId64 ", got \"%s\"", opt, lo, text);
-    return 0;
-  }
-  *out = v;
-  return 1;
+  return ss_cli_integer(CMD, opt + 2, text, lo, INT64_MAX, out) == 0;
 }
 
 /* Returns -1 when parsing succeeded, else the exit code. */
