@@ -66,6 +66,7 @@ static ss_status write_npy(ss_ctx *ctx, const char *dir, const char *name, const
 typedef struct {
   const char *name;
   double gpu_ms, gpu_assign_ms, gpu_fit_ms, cpu_ms_per_pass, inertia_gpu, inertia_cpu;
+  ss_kmeans_pass_profile prof; /* per-kernel event times of one run launched kernel by kernel */
   int64_t cpu_passes;
   int labels_identical;
 } case_result;
@@ -94,6 +95,7 @@ static ss_status run_case(ss_ctx *ctx, const ss_backend *gpu, const ss_backend *
     cr->gpu_ms = ss_bench_median_s(gpu_run_fn, &r, GPU_WARMUP, repeats, &st) * MS;
     cr->inertia_gpu = rg.final_inertia;
     if (st == SS_OK) cr->gpu_assign_ms = ss_bench_median_s(gpu_assign_fn, &r, GPU_WARMUP, repeats, &st) * MS;
+    if (st == SS_OK) st = ss_kmeans_gpu_profile(ctx, g, init_c, &cr->prof);
     free(r.scratch);
   }
   if (st == SS_OK) { /* the starting centroids in data coordinates, for the peers */
@@ -178,6 +180,16 @@ static void add_case(ss_bench_doc *doc, const case_result *cr, int64_t n, int64_
   cJSON_AddNumberToObject(c, "gpu_ms", cr->gpu_ms);
   cJSON_AddNumberToObject(c, "gpu_first_fit_ms", cr->gpu_fit_ms);
   cJSON_AddNumberToObject(c, "gpu_one_assignment_call_ms", cr->gpu_assign_ms);
+  cJSON *pp = cJSON_AddObjectToObject(c, "gpu_pass_breakdown_ms");
+  cJSON_AddStringToObject(pp, "method", "one run launched kernel by kernel between CUDA events; mean per pass");
+  cJSON_AddNumberToObject(pp, "passes", (double)cr->prof.passes);
+  cJSON_AddBoolToObject(pp, "fused_assign_and_sums", cr->prof.fused);
+  cJSON_AddNumberToObject(pp, "assign_blocks", (double)cr->prof.assign_blocks);
+  cJSON_AddNumberToObject(pp, "partial_rows", (double)cr->prof.partial_rows);
+  cJSON_AddNumberToObject(pp, "assign", cr->prof.assign_ms);
+  cJSON_AddNumberToObject(pp, "partial_sums", cr->prof.partial_ms);
+  cJSON_AddNumberToObject(pp, "update", cr->prof.update_ms);
+  cJSON_AddNumberToObject(pp, "sum", cr->prof.assign_ms + cr->prof.partial_ms + cr->prof.update_ms);
   cJSON_AddNumberToObject(c, "gpu_inertia", cr->inertia_gpu);
   cJSON_AddNumberToObject(c, "cpu_passes_run", (double)cr->cpu_passes);
   cJSON_AddNumberToObject(c, "cpu_ms_per_pass", cr->cpu_ms_per_pass);
@@ -279,6 +291,9 @@ int main(int argc, char **argv) {
   printf("published case: gpu %.3f ms (torch %.3f ms, sklearn %.1f ms), cpu %.1f ms, labels cpu == gpu: %d\n",
          pub.gpu_ms, peer_number(peers, "published", "torch_ms"), peer_number(peers, "published", "sklearn_ms"),
          pub.cpu_ms_per_pass * (double)pub.cpu_passes, pub.labels_identical);
+  printf("published pass: assign %.4f, partial %.4f, update %.4f ms (fused %d); large pass: %.4f, %.4f, %.4f ms (fused %d)\n",
+         pub.prof.assign_ms, pub.prof.partial_ms, pub.prof.update_ms, pub.prof.fused, large.prof.assign_ms,
+         large.prof.partial_ms, large.prof.update_ms, large.prof.fused);
   printf("large case: gpu %.3f ms (torch %.3f ms, sklearn %.1f ms)\n", large.gpu_ms,
          peer_number(peers, "large", "torch_ms"), peer_number(peers, "large", "sklearn_ms"));
   cJSON_Delete(peers);

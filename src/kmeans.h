@@ -110,6 +110,18 @@ ss_status ss_kmeans_gpu_lloyd(ss_ctx *ctx, ss_kmeans_gpu *g, const float *init_c
 ss_status ss_kmeans_gpu_assign(ss_ctx *ctx, ss_kmeans_gpu *g, const float *centroids_c, int32_t *labels,
                                float *dist);
 void ss_kmeans_gpu_close(ss_kmeans_gpu *g);
+/* Where a pass's time goes: the Lloyd run from init_c launched kernel by kernel between CUDA
+ * events (so slightly slower than the graph), mean milliseconds per pass of each kernel. */
+typedef struct {
+  int64_t passes;
+  int fused;              /* 1: the assignment kernel also forms the partial sums */
+  int64_t assign_blocks;  /* persistent assignment blocks */
+  int64_t partial_rows;   /* partial sums per cluster that the update kernel adds */
+  double assign_ms;       /* assignment (and, when fused, the partial sums) */
+  double partial_ms;      /* separate partial-sum kernel (0 when fused) */
+  double update_ms;       /* reduction, division, ‖c‖², convergence test, reseeding */
+} ss_kmeans_pass_profile;
+ss_status ss_kmeans_gpu_profile(ss_ctx *ctx, ss_kmeans_gpu *g, const float *init_c, ss_kmeans_pass_profile *prof);
 
 /* Allocate the result arrays for pb (labels, centroids, inertia of max_iterations + 1 passes). */
 ss_status ss_kmeans_result_alloc(ss_ctx *ctx, const ss_kmeans_problem *pb, ss_kmeans_result *res);
