@@ -74,8 +74,8 @@ static ss_status start_kmeans(ss_ctx *ctx, const ss_mask_em_data *dt, const ss_m
   return SS_OK;
 }
 
-static ss_status start_labels(ss_ctx *ctx, const ss_mask_em_data *dt, const ss_mask_em_opts *o, int n_threads,
-                              ss_mask_em_state *st) {
+ss_status ss_em_start_labels(ss_ctx *ctx, const ss_mask_em_data *dt, const ss_mask_em_opts *o, int n_threads,
+                             ss_mask_em_state *st) {
   int64_t k = 0;
   switch (o->start) {
     case SS_EM_START_CLU: SS_TRY(start_clu(ctx, o, st, &k)); break;
@@ -254,7 +254,7 @@ ss_status ss_mask_em_fit_cpu(ss_ctx *ctx, int n_threads, const float *x, const f
   res->n_constant_features = r.data.n_constant;
   res->n_floored_features = r.data.n_floored;
   s = run_alloc(ctx, &r, o, n_threads);
-  if (s == SS_OK) s = start_labels(ctx, &r.data, o, n_threads, &r.st);
+  if (s == SS_OK) s = ss_em_start_labels(ctx, &r.data, o, n_threads, &r.st);
   if (s == SS_OK) {
     ss_mask_em_compact(&r.st);
     res->start_clusters = r.st.model.k;
@@ -281,7 +281,39 @@ ss_status ss_mask_em_fit_cpu(ss_ctx *ctx, int n_threads, const float *x, const f
 
 ss_status ss_mask_em_fit(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n, int64_t d,
                          const ss_mask_em_opts *o, ss_mask_em_result *res) {
-  if (be->kind == SS_DEVICE_CUDA)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "masked EM on CUDA is not implemented yet (issue 6): use --device cpu");
+  if (be->kind == SS_DEVICE_CUDA) return ss_mask_em_fit_cuda(ctx, be, x, m, n, d, o, res);
   return ss_mask_em_fit_cpu(ctx, be->n_threads, x, m, n, d, o, res);
+}
+
+#if !SS_HAVE_CUDA
+#define NO_CUDA "masked EM on CUDA: this build has no CUDA backend (use --device cpu)"
+ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n,
+                              int64_t d, const ss_mask_em_opts *o, ss_mask_em_result *res) {
+  (void)be, (void)x, (void)m, (void)n, (void)d, (void)o;
+  memset(res, 0, sizeof(*res));
+  return ss_fail(ctx, SS_ERR_UNSUPPORTED, NO_CUDA);
+}
+ss_status ss_mask_em_cuda_trace(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *data,
+                                const ss_mask_em_opts *o, const int32_t *start, int64_t k, int64_t iterations,
+                                ss_mask_em_snapshot *snap, int32_t *labels_out) {
+  (void)be, (void)data, (void)o, (void)start, (void)k, (void)iterations, (void)snap, (void)labels_out;
+  return ss_fail(ctx, SS_ERR_UNSUPPORTED, NO_CUDA);
+}
+ss_status ss_mask_em_cuda_profile_iteration(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *data,
+                                            const ss_mask_em_opts *o, const int32_t *start, int64_t k, int reps,
+                                            ss_mask_em_cuda_profile *prof) {
+  (void)be, (void)data, (void)o, (void)start, (void)k, (void)reps, (void)prof;
+  return ss_fail(ctx, SS_ERR_UNSUPPORTED, NO_CUDA);
+}
+#endif
+
+void ss_mask_em_snapshot_free(ss_mask_em_snapshot *s) {
+  free(s->count);
+  free(s->weight);
+  free(s->mean);
+  free(s->diag);
+  free(s->n_u);
+  free(s->u_feat);
+  free(s->block);
+  memset(s, 0, sizeof(*s));
 }

@@ -210,12 +210,51 @@ typedef struct {
   int64_t n_constant_features, n_floored_features;
 } ss_mask_em_result;
 
-/* Cluster x with masks m on the backend. CUDA is issue 6 (not in this build yet). */
+/* Cluster x with masks m on the backend (CPU: ss_mask_em_fit_cpu; CUDA: ss_mask_em_fit_cuda). */
 ss_status ss_mask_em_fit(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n, int64_t d,
                          const ss_mask_em_opts *o, ss_mask_em_result *res);
 ss_status ss_mask_em_fit_cpu(ss_ctx *ctx, int n_threads, const float *x, const float *m, int64_t n, int64_t d,
                              const ss_mask_em_opts *o, ss_mask_em_result *res);
 void ss_mask_em_result_free(ss_mask_em_result *res);
+
+/* ---- the CUDA twin (cuda/mask_em.cu; SS_ERR_UNSUPPORTED in a build without CUDA) ----------------- */
+
+/* The whole fit on the device: preprocessing and the start on the host (once), then every step on
+ * the device with the data resident; per-iteration scalars and per-cluster vectors come back. */
+ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n,
+                              int64_t d, const ss_mask_em_opts *o, ss_mask_em_result *res);
+
+/* The model after an M-step, copied from the device, for comparison with the CPU's model. */
+typedef struct {
+  int64_t k, d;
+  int64_t *count;  /* [k] */
+  double *weight;  /* [k] */
+  double *mean;    /* [k × d] */
+  double *diag;    /* [k × d] */
+  int32_t *n_u;    /* [k] */
+  int32_t *u_feat; /* [k × d] */
+  double *block;   /* [k × d × d]: cluster c's u_c × u_c block (row-major) at c·d·d */
+  double score;    /* score after the iteration (C-step and deletion) */
+  int64_t changed, deletions;
+} ss_mask_em_snapshot;
+void ss_mask_em_snapshot_free(ss_mask_em_snapshot *s);
+
+/* `iterations` full iterations (compaction, M, E, C, deletion, score; no split rounds) on the device
+ * from `start` (k clusters, noise included), recording snap[it] after each; the final labels go to
+ * labels_out (may be NULL, else data->n entries). */
+ss_status ss_mask_em_cuda_trace(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *data,
+                                const ss_mask_em_opts *o, const int32_t *start, int64_t k, int64_t iterations,
+                                ss_mask_em_snapshot *snap, int32_t *labels_out);
+
+/* Event-timed phases of one full iteration from `start` (k clusters), median over `reps` repeats
+ * of the same iteration (benchmarks). */
+typedef struct {
+  double group_s, mstep_s, chol_s, gemm_s, block_s, select_s, cstep_s, delete_s, score_s, total_s;
+  int64_t clusters;
+} ss_mask_em_cuda_profile;
+ss_status ss_mask_em_cuda_profile_iteration(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *data,
+                                            const ss_mask_em_opts *o, const int32_t *start, int64_t k, int reps,
+                                            ss_mask_em_cuda_profile *prof);
 
 /* The split round on the main problem st (MASKED_EM.md §5). `round` keys the random halves;
  * `reference` is the score to beat (updated on acceptance); returns tried/accepted counts. */

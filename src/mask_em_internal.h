@@ -16,6 +16,10 @@ static inline int ss_em_thread(void) { return omp_get_thread_num(); }
 static inline int ss_em_thread(void) { return 0; }
 #endif
 
+#ifdef __cplusplus
+extern "C" { /* cuda/mask_em.cu uses the start helper */
+#endif
+
 /* log(2π): the Gaussian normalisation constant per dimension (MASKED_EM.md §4). */
 #define SS_EM_LOG_2PI 1.8378770664093454836
 
@@ -30,7 +34,14 @@ static inline double *ss_em_scratch(const ss_mask_em_state *st) {
 
 /* One full step on the current labels: M-step, E-step, C-step; returns the changed count. */
 ss_status ss_em_full_step(ss_ctx *ctx, ss_mask_em_state *st, int64_t *changed);
+/* Starting labels (mask patterns, .clu or k-means) into st->labels and st->model.k (mask_em.c). */
+ss_status ss_em_start_labels(ss_ctx *ctx, const ss_mask_em_data *dt, const ss_mask_em_opts *o, int n_threads,
+                             ss_mask_em_state *st);
 /* 64-bit hash of (k, labels) for cycle detection. */
 uint64_t ss_em_labels_hash(const ss_mask_em_state *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

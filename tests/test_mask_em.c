@@ -516,7 +516,7 @@ static void cli_round_trip(void **state) {
   snprintf(klg, sizeof(klg), "%s.klg.3", base);
   ss_matrix mx = {s.n, s.d, s.x}, mm = {s.n, s.d, s.m};
   assert_int_equal(ss_kk_write_features(&ctx, fet, fmask, &mx, &mm), SS_OK);
-  snprintf(args, sizeof(args), "cluster '%s' 3 --threads 2 -q", base);
+  snprintf(args, sizeof(args), "cluster '%s' 3 --threads 2 --device cpu -q", base);
   expect_cli(args, 0, NULL);
   int32_t *cli = read_clu(clu, s.n);
   /* in process, on what the command read */
@@ -540,7 +540,7 @@ static void cli_round_trip(void **state) {
   char start[600];
   snprintf(start, sizeof(start), "%s.start", base);
   assert_int_equal(ss_kk_write_clu(&ctx, start, s.n, cli), SS_OK);
-  snprintf(args, sizeof(args), "cluster '%s' 3 --start 'clu:%s' -q", base, start);
+  snprintf(args, sizeof(args), "cluster '%s' 3 --start 'clu:%s' --device cpu -q", base, start);
   expect_cli(args, 0, NULL);
   int32_t *again = read_clu(clu, s.n);
   assert_memory_equal(again, cli, sizeof(int32_t) * (size_t)s.n);
@@ -553,7 +553,7 @@ static void cli_round_trip(void **state) {
   for (int64_t i = 0; i < s.n * s.d / 3; i++) ch.data[i] = fm.data[i * 3];
   assert_int_equal(ss_matrix_write(&ctx, fnpy, NULL, &fx), SS_OK);
   assert_int_equal(ss_matrix_write(&ctx, mnpy, NULL, &ch), SS_OK);
-  snprintf(args, sizeof(args), "cluster '%s' 3 --input-npy '%s' '%s' -q", base, fnpy, mnpy);
+  snprintf(args, sizeof(args), "cluster '%s' 3 --input-npy '%s' '%s' --device cpu -q", base, fnpy, mnpy);
   expect_cli(args, 0, NULL);
   again = read_clu(clu, s.n);
   assert_memory_equal(again, cli, sizeof(int32_t) * (size_t)s.n);
