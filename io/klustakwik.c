@@ -10,7 +10,7 @@
 #include "io/atomic_file.h"
 
 #define KK_FEATURE_FORMAT "%.9g" /* float32 exact */
-#define KK_MASK_FORMAT "%g"
+#define KK_MASK_FORMAT "%.9g" /* float32 exact: `cluster` on these files reproduces the labels of the run that wrote them */
 #define KK_TOKEN_SHOWN 40
 
 /* Read line 1 of a KlustaKwik file: one non-negative integer (`what` names it in messages). */

@@ -17,8 +17,8 @@ extern "C" {
  * The .fmask header must equal the .fet header (both count the dropped columns, as KlustaKwik). */
 ss_status ss_kk_read_features(ss_ctx *ctx, const char *fet_path, const char *fmask_path, int64_t drop_last,
                               ss_matrix *features, ss_matrix *masks);
-/* Write a .fet file (%.9g: float32 exact) and, when `fmask_path` is not NULL, a .fmask file (%g) of
- * `masks`, which must have the shape of `features`. Both atomically. */
+/* Write a .fet file (%.9g: float32 exact) and, when `fmask_path` is not NULL, a .fmask file (%.9g:
+ * exact too) of `masks`, which must have the shape of `features`. Both atomically. */
 ss_status ss_kk_write_features(ss_ctx *ctx, const char *fet_path, const char *fmask_path, const ss_matrix *features,
                                const ss_matrix *masks);
 /* Read a .clu file: labels must be non-negative integers; `n_clusters` (may be NULL) receives the

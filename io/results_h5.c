@@ -8,15 +8,34 @@
 #include "build_config.h"
 #include "io/h5_util.h"
 
-ss_status ss_results_dataset(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int64_t rows, int64_t cols,
-                             const void *data, const char *file) {
-  hsize_t dims[2] = {(hsize_t)rows, (hsize_t)cols};
-  hid_t space = H5Screate_simple(cols > 0 ? 2 : 1, dims, NULL);
+ss_status ss_results_dataset_nd(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int rank, const int64_t *dims,
+                                const void *data, const char *file) {
+  if (rank < 1 || rank > SS_RESULTS_MAX_RANK)
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: %s: rank %d outside 1..%d", file, name, rank, SS_RESULTS_MAX_RANK);
+  hsize_t hd[SS_RESULTS_MAX_RANK];
+  int64_t count = 1;
+  for (int i = 0; i < rank; i++) {
+    hd[i] = (hsize_t)dims[i];
+    count *= dims[i];
+  }
+  hid_t space = H5Screate_simple(rank, hd, NULL);
   hid_t d = space < 0 ? -1 : H5Dcreate2(loc, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  herr_t w = d < 0 ? -1 : (rows * (cols > 0 ? cols : 1) > 0 ? H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0);
+  herr_t w = d < 0 ? -1 : (count > 0 ? H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : 0);
   if (d >= 0) H5Dclose(d);
   if (space >= 0) H5Sclose(space);
   if (d < 0 || w < 0) return ss_fail(ctx, SS_ERR_IO, "%s: %s: cannot write the dataset", file, name);
+  return SS_OK;
+}
+
+ss_status ss_results_dataset(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int64_t rows, int64_t cols,
+                             const void *data, const char *file) {
+  int64_t dims[2] = {rows, cols};
+  return ss_results_dataset_nd(ctx, loc, name, type, cols > 0 ? 2 : 1, dims, data, file);
+}
+
+ss_status ss_results_group(ss_ctx *ctx, hid_t loc, const char *name, const char *file, hid_t *group) {
+  *group = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (*group < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the group %s", file, name);
   return SS_OK;
 }
 

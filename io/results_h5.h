@@ -12,7 +12,8 @@
  *   /masks                float32 [N × C]
  *   /params               string    the parameter JSON used
  * Later stages (sort) open the file with ss_results_begin, add their datasets to `file`, and
- * commit. io/ knows nothing of the stages: the caller fills ss_results_core with its arrays. */
+ * commit (sort's additions — /clusters, /merges, attributes input_crc32 and friends — are listed in
+ * docs/formats.md). io/ knows nothing of the stages: the caller fills ss_results_core with its arrays. */
 #ifndef SS_RESULTS_H5_H
 #define SS_RESULTS_H5_H
 
@@ -59,6 +60,12 @@ ss_status ss_results_write(ss_ctx *ctx, const char *path, const ss_results_core 
  * a group path whose groups exist. */
 ss_status ss_results_dataset(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int64_t rows, int64_t cols,
                              const void *data, const char *file);
+/* The same for any rank from 1 to SS_RESULTS_MAX_RANK (sort's per-cluster waveforms are 3-D). */
+#define SS_RESULTS_MAX_RANK 4
+ss_status ss_results_dataset_nd(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int rank, const int64_t *dims,
+                                const void *data, const char *file);
+/* Create group loc/name (closed with H5Gclose by the caller). */
+ss_status ss_results_group(ss_ctx *ctx, hid_t loc, const char *name, const char *file, hid_t *group);
 
 #ifdef __cplusplus
 }

@@ -102,7 +102,7 @@ const ss_param_spec ss_param_table[] = {
         "fast preset: starting clusters."),
 
     BOOL("merge.enabled", merge.enabled, 1, "Merge over-split units after masked EM in `sort`."),
-    NUM("merge.waveform_corr", merge.waveform_corr, 0.9, -1, 1, 0, 0,
+    NUM("merge.waveform_corr", merge.waveform_corr, 0.97, -1, 1, 0, 0,
         "Mean-waveform correlation on shared channels above which two units may merge."),
     NUM("merge.refractory_ms", merge.refractory_ms, 1.5, 0, 1000, 0, 0, "Refractory period for violation counts."),
     NUM("merge.max_violation_increase", merge.max_violation_increase, 0.005, 0, 1, 0, 0,

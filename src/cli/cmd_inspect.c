@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "io/nwb_check.h"
+#include "io/phy.h"
 #include "io/source.h"
 #include "src/cli/cli.h"
 
@@ -14,19 +15,22 @@ static const char usage[] =
     "and print its format, sampling rate, channels, duration, sample count, scale and whether it\n"
     "carries channel positions.\n\n"
     "  --check-nwb       also run the NWB 2.x structural check (paths, attributes, neurodata types,\n"
-    "                    tables, references); exit 1 with one line per problem\n" SS_CLI_SOURCE_HELP
+    "                    tables, references); exit 1 with one line per problem\n"
+    "  --check-phy       INPUT is a phy folder (as `sort` writes): check that every file phy needs is\n"
+    "                    there with consistent dtypes and shapes; exit 1 with one line per problem\n" SS_CLI_SOURCE_HELP
     "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;
   ss_ctx *ctx;
   int check_nwb;
+  int check_phy;
 } inspect_args;
 
 static int on_option(int opt, const char *arg, void *user) {
   inspect_args *a = user;
-  if (opt == 'K') {
-    a->check_nwb = 1;
+  if (opt == 'K' || opt == 'P') {
+    *(opt == 'K' ? &a->check_nwb : &a->check_phy) = 1;
     return 0;
   }
   int code = ss_cli_source_option("inspect", opt, arg, &a->spec, a->ctx);
@@ -48,6 +52,7 @@ static void print_scale(const ss_source_info *in) {
 int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   static const struct option opts[] = {SS_CLI_SOURCE_LONGOPTS,
                                        {"check-nwb", no_argument, NULL, 'K'},
+                                       {"check-phy", no_argument, NULL, 'P'},
                                        {0, 0, 0, 0}};
   inspect_args a;
   memset(&a, 0, sizeof(a));
@@ -56,6 +61,11 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   if (code >= 0) return code;
   if (first != argc - 1) return ss_cli_usage_error("inspect", "expected one input file");
   a.spec.path = argv[first];
+  if (a.check_phy) {
+    ss_status pst = ss_phy_check(ctx, a.spec.path);
+    if (pst == SS_OK) printf("phy check:    ok (%s)\n", a.spec.path);
+    return ss_cli_finish("inspect", ctx, pst);
+  }
   ss_source *src = NULL;
   ss_status st = ss_source_open(ctx, &a.spec, &src);
   if (st != SS_OK) return ss_cli_finish("inspect", ctx, st);

@@ -19,6 +19,7 @@ static const ss_command commands[] = {
     {"knn", "classify points by k nearest neighbours (CSV, HDF5, .npy), CPU or GPU", ss_cmd_knn},
     {"detect", "front end alone: filter, detect, align, PCA features and masks", ss_cmd_detect},
     {"cluster", "masked EM on KlustaKwik .fet/.fmask files (a drop-in for KlustaKwik)", ss_cmd_cluster},
+    {"sort", "sort a recording end to end: front end, masked EM, merge, results + phy + model", ss_cmd_sort},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

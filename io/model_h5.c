@@ -1,0 +1,111 @@
+/* model_h5.c — writes model.h5 (layout in model_h5.h), atomically. */
+#include "io/model_h5.h"
+
+#include <hdf5.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "io/atomic_file.h"
+#include "io/h5_util.h"
+#include "io/results_h5.h"
+
+#define CRC_TEXT 16
+
+static ss_status nd(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int rank, int64_t d0, int64_t d1, int64_t d2,
+                    const void *data, const char *path) {
+  int64_t dims[3] = {d0, d1, d2};
+  return ss_results_dataset_nd(ctx, loc, name, type, rank, dims, data, path);
+}
+
+static ss_status write_attrs(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
+  char crc[CRC_TEXT];
+  snprintf(crc, sizeof(crc), "%08x", m->input_crc32);
+  SS_TRY(ss_h5_attr_str(ctx, f, "software", "spikestream", path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "version", SS_VERSION, path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "commit", SS_GIT_COMMIT, path));
+  SS_TRY(ss_h5_attr_f64(ctx, f, "sample_rate", m->sample_rate, path));
+  const struct {
+    const char *name;
+    int value;
+  } ints[] = {{"n_channels", m->n_channels}, {"n_pcs", m->n_pcs},       {"n_wave", m->n_wave},
+              {"n_before", m->n_before},     {"n_after", m->n_after},   {"polarity", m->polarity},
+              {"join_size", m->join_size}};
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) SS_TRY(ss_h5_attr_i32(ctx, f, ints[i].name, ints[i].value, path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "input_path", m->input_path ? m->input_path : "", path));
+  return ss_h5_attr_str(ctx, f, "input_crc32", crc, path);
+}
+
+static ss_status write_front(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
+  const int64_t C = m->n_channels;
+  hid_t g;
+  SS_TRY(ss_results_group(ctx, f, "filter", path, &g));
+  ss_status st = nd(ctx, g, "sos", H5T_NATIVE_DOUBLE, 2, m->n_sections, 6, 0, m->sos, path);
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "order", m->filter_order, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "low_hz", m->low_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "high_hz", m->high_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "rate_hz", m->sample_rate, path);
+  if (st == SS_OK) st = ss_h5_attr_str(ctx, g, "mode", "zero_phase", path);
+  H5Gclose(g);
+  SS_TRY(st);
+  SS_TRY(ss_results_group(ctx, f, "threshold", path, &g));
+  st = nd(ctx, g, "sigma", H5T_NATIVE_FLOAT, 1, C, 0, 0, m->sigma, path);
+  if (st == SS_OK) st = nd(ctx, g, "weak", H5T_NATIVE_FLOAT, 1, C, 0, 0, m->weak, path);
+  if (st == SS_OK) st = nd(ctx, g, "strong", H5T_NATIVE_FLOAT, 1, C, 0, 0, m->strong, path);
+  H5Gclose(g);
+  SS_TRY(st);
+  SS_TRY(ss_results_group(ctx, f, "probe", path, &g));
+  st = nd(ctx, g, "x_um", H5T_NATIVE_DOUBLE, 1, C, 0, 0, m->x_um, path);
+  if (st == SS_OK) st = nd(ctx, g, "y_um", H5T_NATIVE_DOUBLE, 1, C, 0, 0, m->y_um, path);
+  if (st == SS_OK) st = nd(ctx, g, "adjacency", H5T_NATIVE_INT32, 2, m->n_edges, 2, 0, m->adjacency, path);
+  H5Gclose(g);
+  SS_TRY(st);
+  SS_TRY(ss_results_group(ctx, f, "pca", path, &g));
+  st = nd(ctx, g, "basis", H5T_NATIVE_FLOAT, 3, C, m->n_pcs, m->n_wave, m->pca_basis, path);
+  if (st == SS_OK) st = nd(ctx, g, "eigenvalues", H5T_NATIVE_DOUBLE, 2, C, m->n_pcs, 0, m->pca_eigenvalues, path);
+  H5Gclose(g);
+  return st;
+}
+
+static ss_status write_clusters(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
+  const int64_t C = m->n_channels, D = C * m->n_pcs, K = m->k, M = m->n_ref;
+  hid_t g;
+  SS_TRY(ss_results_group(ctx, f, "clusters", path, &g));
+  ss_status st = nd(ctx, g, "id", H5T_NATIVE_INT32, 1, K, 0, 0, m->cluster_id, path);
+  if (st == SS_OK) st = nd(ctx, g, "n_spikes", H5T_NATIVE_INT64, 1, K, 0, 0, m->cluster_count, path);
+  if (st == SS_OK) st = nd(ctx, g, "centroid", H5T_NATIVE_FLOAT, 2, K, D, 0, m->centroid, path);
+  if (st == SS_OK) st = nd(ctx, g, "variance", H5T_NATIVE_FLOAT, 2, K, D, 0, m->variance, path);
+  if (st == SS_OK) st = nd(ctx, g, "mean_mask", H5T_NATIVE_FLOAT, 2, K, C, 0, m->mean_mask, path);
+  if (st == SS_OK) st = nd(ctx, g, "mean_waveform", H5T_NATIVE_FLOAT, 3, K, C, m->n_wave, m->mean_waveform, path);
+  H5Gclose(g);
+  SS_TRY(st);
+  SS_TRY(ss_results_group(ctx, f, "knn", path, &g));
+  st = nd(ctx, g, "features", H5T_NATIVE_FLOAT, 2, M, D, 0, m->ref_features, path);
+  if (st == SS_OK) st = nd(ctx, g, "masks", H5T_NATIVE_FLOAT, 2, M, C, 0, m->ref_masks, path);
+  if (st == SS_OK) st = nd(ctx, g, "labels", H5T_NATIVE_INT32, 1, M, 0, 0, m->ref_labels, path);
+  if (st == SS_OK) st = nd(ctx, g, "time_samples", H5T_NATIVE_INT64, 1, M, 0, 0, m->ref_times, path);
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "stride", (int)m->ref_stride, path);
+  H5Gclose(g);
+  return st;
+}
+
+ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m) {
+  ss_h5_quiet();
+  ss_atomic_file af;
+  SS_TRY(ss_atomic_begin(ctx, &af, path, 0));
+  hid_t f = H5Fcreate(af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) {
+    ss_atomic_abort(&af);
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the file", path);
+  }
+  ss_status st = write_attrs(ctx, f, m, path);
+  if (st == SS_OK) st = write_front(ctx, f, m, path);
+  if (st == SS_OK) st = write_clusters(ctx, f, m, path);
+  if (st == SS_OK) st = ss_h5_dataset_str(ctx, f, "params", m->params_json ? m->params_json : "{}", path);
+  if (H5Fclose(f) < 0 && st == SS_OK) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", path);
+  if (st != SS_OK) {
+    ss_atomic_abort(&af);
+    return st;
+  }
+  return ss_atomic_commit(ctx, &af);
+}

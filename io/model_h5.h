@@ -1,0 +1,64 @@
+/* model_h5.h — model.h5: everything needed to label new spikes of the same probe later (live mode,
+ * incremental sorting), written atomically by `sort`. Layout (docs/formats.md):
+ *   attributes  software, version, commit, sample_rate, n_channels, n_pcs, n_wave, n_before, n_after,
+ *               polarity, join_size, input_path, input_crc32
+ *   /filter     sos [S × 6] float64 (b0 b1 b2 1 a1 a2 per section); attributes order, low_hz,
+ *               high_hz, rate_hz, mode ("zero_phase" offline; live mode runs the same sections causally)
+ *   /threshold  sigma, weak, strong [C] float32 (µV; weak = +inf on excluded channels)
+ *   /probe      x_um, y_um [C] float64, adjacency [E × 2] int32 (recording channels, a < b)
+ *   /pca        basis [C × P × W] float32, eigenvalues [C × P] float64
+ *   /clusters   id [K] int32 (0 = noise), n_spikes [K] int64, centroid [K × D] float32 (mean feature
+ *               vector), variance [K × D] float32 (per-feature variance: the covariance diagonal),
+ *               mean_mask [K × C] float32, mean_waveform [K × C × W] float32
+ *   /knn        features [M × D] float32, masks [M × C] float32, labels [M] int32, time_samples [M]
+ *               int64: the labelled reference set (every spike, or every `stride`-th when there are
+ *               more than the cap); attribute stride
+ *   /params     the parameter JSON used (string) */
+#ifndef SS_MODEL_H5_H
+#define SS_MODEL_H5_H
+
+#include <stdint.h>
+
+#include "src/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  double sample_rate;
+  int n_channels, n_pcs, n_wave, n_before, n_after, polarity, join_size;
+  const char *input_path;
+  uint32_t input_crc32;
+  /* filter */
+  int n_sections, filter_order;
+  const double *sos; /* [n_sections × 6] */
+  double low_hz, high_hz;
+  /* thresholds */
+  const float *sigma, *weak, *strong;
+  /* probe */
+  const double *x_um, *y_um;
+  const int32_t *adjacency; /* [n_edges × 2] */
+  int64_t n_edges;
+  /* PCA */
+  const float *pca_basis;
+  const double *pca_eigenvalues;
+  /* clusters */
+  int64_t k;
+  const int32_t *cluster_id;
+  const int64_t *cluster_count;
+  const float *centroid, *variance, *mean_mask, *mean_waveform;
+  /* KNN reference set */
+  int64_t n_ref, ref_stride;
+  const float *ref_features, *ref_masks;
+  const int32_t *ref_labels;
+  const int64_t *ref_times;
+  const char *params_json;
+} ss_model_file;
+
+ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,281 @@
+/* sort.c — the offline pipeline driver (sort.h): backend and probe resolution, the input checksum
+ * (in a thread, alongside the front end), front end, masked EM, merge, per-cluster statistics, and
+ * the stage timings and summary. The outputs are written by sort_outputs.c. */
+#include "src/sort.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "io/checksum.h"
+#include "src/log.h"
+#include "src/mask_em.h"
+#include "src/sort_internal.h"
+
+/* Masked EM on CUDA is issue 6; until it lands, sort refuses --device cuda up front (before the front
+ * end runs) instead of failing after it. Set to 1 when cuda/mask_em.cu exists. */
+#define SS_SORT_CUDA_MASK_EM 0
+
+void ss_sort_opts_defaults(ss_sort_opts *o) {
+  memset(o, 0, sizeof(*o));
+  ss_params_defaults(&o->params);
+  o->device = SS_DEVICE_AUTO;
+  o->merge = o->params.merge.enabled;
+}
+
+void ss_sort_summary_free(ss_sort_summary *s) {
+  free(s->labels_raw);
+  free(s->labels);
+  memset(s, 0, sizeof(*s));
+}
+
+/* --- setup ------------------------------------------------------------------------------------- */
+
+static ss_status open_backend(ss_ctx *ctx, const ss_sort_opts *o, ss_backend *be, const char **device) {
+  if (o->device == SS_DEVICE_CUDA && !SS_SORT_CUDA_MASK_EM)
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "sort: --device cuda: masked EM on CUDA is not available yet (use --device cpu)");
+  ss_device_kind kind = o->device;
+  if (kind == SS_DEVICE_AUTO && !SS_SORT_CUDA_MASK_EM) {
+    kind = SS_DEVICE_CPU;
+    ss_log_info(ctx, "sort: --device auto: running on the CPU (masked EM on CUDA is not available yet)");
+  }
+  SS_TRY(ss_backend_open(ctx, kind, 0, o->n_threads, be));
+  *device = be->kind == SS_DEVICE_CUDA ? "cuda" : "cpu";
+  return SS_OK;
+}
+
+/* The probe: the file given, else the recording's electrode positions, else the shipped two-column
+ * probe when the channel count is its own. */
+static ss_status resolve_probe(ss_ctx *ctx, const ss_sort_opts *o, const ss_source_info *info, ss_probe *probe) {
+  double radius = o->params.probe.adjacency_radius_um;
+  if (o->probe_path) {
+    SS_TRY(ss_probe_load_file(ctx, o->probe_path, radius, probe));
+  } else if (info->has_positions) {
+    SS_TRY(ss_probe_from_positions(ctx, info->n_channels, info->x_um, info->y_um, radius, probe));
+    ss_log_info(ctx, "sort: probe from the electrode positions of %s", info->path);
+  } else if (info->n_channels == SS_SORT_DEFAULT_PROBE_CHANNELS) {
+    SS_TRY(ss_probe_load_file(ctx, SS_SOURCE_DIR "/" SS_SORT_DEFAULT_PROBE, radius, probe));
+    ss_log_info(ctx, "sort: no --probe and no electrode positions: using %s", SS_SORT_DEFAULT_PROBE);
+  } else {
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: no probe: give --probe (the file has no electrode positions, and its %d channels do not "
+                   "match the default probe's %d)",
+                   info->path, info->n_channels, SS_SORT_DEFAULT_PROBE_CHANNELS);
+  }
+  ss_status st = ss_probe_check_recording(ctx, probe, info->n_channels);
+  if (st != SS_OK) {
+    ss_ctx_prefix(ctx, "%s", o->probe_path ? o->probe_path : info->path);
+    ss_probe_free(probe);
+  }
+  return st;
+}
+
+/* --- the checksum thread ------------------------------------------------------------------------ */
+
+typedef struct {
+  const char *path;
+  uint32_t crc;
+  ss_ctx ctx;
+  ss_status st;
+  double seconds;
+} crc_job;
+
+static void *crc_main(void *arg) {
+  crc_job *j = arg;
+  double t0 = ss_now();
+  j->st = ss_file_crc32(&j->ctx, j->path, &j->crc);
+  j->seconds = ss_now() - t0;
+  return NULL;
+}
+
+/* --- stages ------------------------------------------------------------------------------------ */
+
+static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t n = sp->n, C = sp->n_channels, P = sp->n_pcs, D = C * P;
+  if (n == 0)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: no spikes detected (detect.strong_std = %g): nothing to sort", s->info->path,
+                   s->o->params.detect.strong_std);
+  float *m = NULL;
+  SS_TRY(SS_ALLOC(ctx, m, (size_t)n * D, "feature masks"));
+  /* each channel's mask over its P features, exactly as the .fmask file spells it */
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < D; j++) m[i * D + j] = sp->masks[i * C + j / P];
+  ss_mask_em_opts opts;
+  ss_mask_em_opts_from_params(&opts, &s->o->params);
+  ss_mask_em_result r = {0};
+  /* the per-iteration log (info in `cluster`) is shown here only at --log-level debug */
+  ss_ctx em_ctx;
+  ss_ctx_init(&em_ctx);
+  em_ctx.quiet = ctx->quiet;
+  em_ctx.log_stream = ctx->log_stream;
+  em_ctx.progress_tty = ctx->progress_tty;
+  em_ctx.log_level = ctx->log_level >= SS_LOG_DEBUG ? ctx->log_level : SS_LOG_WARN;
+  ss_status st = ss_mask_em_fit(&em_ctx, be, sp->features, m, n, D, &opts, &r);
+  free(m);
+  if (st != SS_OK) st = ss_fail(ctx, st, "%s", ss_error_message(&em_ctx));
+  if (st == SS_OK)
+    ss_log_info(ctx, "sort: masked EM: %" PRId64 " clusters (noise included) after %" PRId64 " iterations (%s), %.2f s",
+                r.n_clusters, r.n_iterations, ss_mask_em_stop_name(r.stop), r.t_total_s);
+  if (st == SS_OK) {
+    s->labels_raw = r.labels;
+    r.labels = NULL;
+    s->k_raw = r.n_clusters;
+    s->sum->em_iterations = r.n_iterations;
+  }
+  ss_mask_em_result_free(&r);
+  return st;
+}
+
+static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
+  const int64_t n = s->spikes.n;
+  SS_TRY(SS_ALLOC(ctx, s->labels, (size_t)n, "final labels"));
+  if (!s->o->merge) {
+    memcpy(s->labels, s->labels_raw, (size_t)n * sizeof(int32_t));
+    s->k = s->k_raw;
+    ss_log_info(ctx, "sort: merge off (--no-merge or merge.enabled = false): %" PRId64 " raw clusters kept", s->k_raw);
+    return SS_OK;
+  }
+  ss_cluster_stats raw;
+  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels_raw, s->k_raw, s->o->params.merge.refractory_ms,
+                                  &raw));
+  ss_merge_input in = {.n = n,
+                       .times = s->spikes.time_samples,
+                       .labels = s->labels_raw,
+                       .k = s->k_raw,
+                       .n_channels = raw.C,
+                       .n_wave = raw.W,
+                       .mean_waveform = raw.wave,
+                       .mean_mask = raw.mean_mask,
+                       .rate_hz = s->spikes.rate_hz};
+  ss_status st = ss_merge_run(ctx, &s->o->params, &in, &s->merge);
+  ss_cluster_stats_free(&raw);
+  SS_TRY(st);
+  s->merged = 1;
+  s->k = s->merge.k_out;
+  for (int64_t i = 0; i < n; i++) s->labels[i] = s->merge.map[s->labels_raw[i]];
+  return SS_OK;
+}
+
+/* Spikes sorted by time, with the BASE of the KlustaKwik files from the input name. */
+static void base_name(const char *path, char *buf, size_t len) {
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  const char *dot = strchr(name + 1, '.');
+  size_t n = dot ? (size_t)(dot - name) : strlen(name);
+  if (n >= len) n = len - 1;
+  memcpy(buf, name, n);
+  buf[n] = '\0';
+}
+
+static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  ss_sort_summary *sum = s->sum;
+  double t0 = ss_now();
+  ss_log_info(ctx, "sort: [1/4] front end: filter, detect, features (%d threads)", be->n_threads);
+  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  double t1 = ss_now();
+  sum->t_frontend_s = t1 - t0;
+  sum->n_spikes = s->spikes.n;
+  ss_log_info(ctx, "sort: [2/4] masked EM on %s: %" PRId64 " spikes x %d features", s->device, s->spikes.n,
+              s->spikes.n_channels * s->spikes.n_pcs);
+  SS_TRY(run_mask_em(ctx, be, s));
+  double t2 = ss_now();
+  sum->t_cluster_s = t2 - t1;
+  ss_log_info(ctx, "sort: [3/4] merge of over-split units (%" PRId64 " clusters, noise included)", s->k_raw);
+  SS_TRY(run_merge(ctx, s));
+  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, s->k, s->o->params.merge.refractory_ms,
+                                  &s->stats));
+  sum->t_merge_s = ss_now() - t2;
+  sum->n_clusters_raw = s->k_raw;
+  sum->n_clusters = s->k;
+  sum->n_merges = s->merged ? s->merge.n_merges : 0;
+  return SS_OK;
+}
+
+static void state_free(ss_sort_state *s) {
+  ss_spikes_free(&s->spikes);
+  ss_frontend_model_free(&s->fe);
+  free(s->labels_raw);
+  free(s->labels);
+  ss_merge_result_free(&s->merge);
+  ss_cluster_stats_free(&s->stats);
+}
+
+/* Hand the labels to the summary (they outlive the state). */
+static void keep_labels(ss_sort_state *s) {
+  s->sum->labels_raw = s->labels_raw;
+  s->sum->labels = s->labels;
+  s->labels_raw = NULL;
+  s->labels = NULL;
+}
+
+static ss_status run_all(ss_ctx *ctx, const ss_sort_opts *o, const ss_backend *be, ss_source *src, ss_sort_state *s,
+                         double t_start) {
+  crc_job job = {.path = o->spec.path};
+  ss_ctx_init(&job.ctx);
+  pthread_t th;
+  int threaded = pthread_create(&th, NULL, crc_main, &job) == 0;
+  if (!threaded) crc_main(&job);
+  ss_status st = pipeline(ctx, be, src, s);
+  if (threaded) pthread_join(th, NULL);
+  if (st == SS_OK && job.st != SS_OK) st = ss_fail(ctx, job.st, "%s", ss_error_message(&job.ctx));
+  if (st != SS_OK) return st;
+  s->crc = job.crc;
+  s->sum->input_crc32 = job.crc;
+  ss_log_debug(ctx, "sort: input CRC-32 %08x (%.2f s, alongside the front end)", job.crc, job.seconds);
+  double t3 = ss_now();
+  ss_log_info(ctx, "sort: [4/4] outputs under %s", o->out_dir);
+  st = ss_sort_write_outputs(ctx, s);
+  s->sum->t_output_s = ss_now() - t3;
+  s->sum->t_total_s = ss_now() - t_start;
+  return st;
+}
+
+ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) {
+  memset(sum, 0, sizeof(*sum));
+  double t_start = ss_now();
+  if (!o->out_dir || !o->spec.path) return ss_fail(ctx, SS_ERR_USAGE, "sort: an input and an output directory are needed");
+  ss_backend be;
+  const char *device = NULL;
+  SS_TRY(open_backend(ctx, o, &be, &device));
+  ss_source *src = NULL;
+  ss_status st = ss_source_open(ctx, &o->spec, &src);
+  if (st != SS_OK) {
+    ss_backend_close(&be);
+    return st;
+  }
+  const ss_source_info *info = ss_source_get_info(src);
+  ss_probe probe;
+  st = resolve_probe(ctx, o, info, &probe);
+  if (st == SS_OK) {
+    ss_sort_state s = {.o = o, .info = info, .probe = &probe, .device = device, .sum = sum};
+    sum->duration_s = info->duration_s;
+    sum->n_channels = info->n_channels;
+    sum->n_threads = be.n_threads;
+    base_name(o->spec.path, sum->base, sizeof(sum->base));
+    st = run_all(ctx, o, &be, src, &s, t_start);
+    if (st == SS_OK) keep_labels(&s);
+    state_free(&s);
+    ss_probe_free(&probe);
+  }
+  ss_source_close(src);
+  ss_backend_close(&be);
+  if (st != SS_OK) ss_sort_summary_free(sum);
+  return st;
+}
+
+void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_dir) {
+  double total = s->t_total_s > 0 ? s->t_total_s : 1e-9;
+  fprintf(f, "sorted %.1f s of %d channels -> %s\n", s->duration_s, s->n_channels, out_dir);
+  fprintf(f, "spikes:            %" PRId64 "\n", s->n_spikes);
+  fprintf(f, "clusters:          %" PRId64 " from masked EM (%" PRId64 " iterations), %" PRId64 " after %" PRId64
+             " merges (noise cluster 0 included)\n",
+          s->n_clusters_raw, s->em_iterations, s->n_clusters, s->n_merges);
+  fprintf(f, "time per stage:    front end %.2f s, masked EM %.2f s, merge %.2f s, outputs %.2f s\n", s->t_frontend_s,
+          s->t_cluster_s, s->t_merge_s, s->t_output_s);
+  fprintf(f, "total:             %.2f s on %d CPU threads = %.1fx real time\n", s->t_total_s, s->n_threads,
+          s->duration_s / total);
+}

@@ -1,0 +1,244 @@
+/* test_sort.c — `spikestream sort` end to end on a short simulation: every output exists and the phy
+ * check passes; compare finds the units; `cluster` on the sort's own .fet/.fmask reproduces its raw
+ * labels exactly (issue 5 acceptance 2); 1 and 2 threads give bit-identical outputs (acceptance 4);
+ * the phy checker names broken files; bad inputs fail with clear messages. */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "build_config.h"
+#include "datasets/simulate.h"
+#include "io/npy.h"
+#include "io/phy.h"
+#include "params/probe.h"
+#include "ss_test.h"
+
+#define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
+#define DURATION 20.0
+#define UNITS 5
+#define PATH_LEN 4096
+#define ARGS_LEN (8 * PATH_LEN)
+
+static char sim_path[PATH_LEN];
+
+static int group_setup(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_probe probe;
+  if (ss_probe_load_file(&ctx, PROBE, 40.0, &probe) != SS_OK) return -1;
+  ss_sim_config c;
+  ss_sim_config_defaults(&c);
+  c.duration_s = DURATION;
+  c.n_units = UNITS;
+  c.median_snr = 20;
+  c.snr_spread = 2;
+  c.min_rate_hz = 5;
+  c.max_rate_hz = 15;
+  c.seed = 3;
+  ss_test_path(sim_path, sizeof(sim_path), "sim.nwb");
+  ss_status st = ss_sim_write(&ctx, &c, &probe, sim_path, SS_SIM_FORMAT_NWB, 0, NULL);
+  ss_probe_free(&probe);
+  if (st != SS_OK) fprintf(stderr, "%s\n", ss_error_message(&ctx));
+  return st == SS_OK ? 0 : -1;
+}
+
+/* Run the CLI; fail the test with its stderr unless it exits with `want`. Returns stdout (malloc'd)
+ * and, when err_keep is not NULL, stderr. (noinline: GCC 12 reports a false dangling pointer otherwise.) */
+__attribute__((noinline)) static char *cli(const char *args, int want, char **err_keep) {
+  char *out, *err;
+  int code = ss_test_run_cli(args, &out, &err);
+  if (code != want) fail_msg("spikestream %s: exit %d (expected %d)\nstdout: %s\nstderr: %s", args, code, want, out, err);
+  if (err_keep) *err_keep = err;
+  else free(err);
+  return out;
+}
+
+static int same_file(const char *a, const char *b) {
+  FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+  int same = fa && fb;
+  while (same) {
+    int ca = fgetc(fa), cb = fgetc(fb);
+    if (ca != cb) same = 0;
+    if (ca == EOF || cb == EOF) break;
+  }
+  if (fa) fclose(fa);
+  if (fb) fclose(fb);
+  return same;
+}
+
+static void sort_into(const char *name, const char *extra) {
+  char dir[PATH_LEN], args[ARGS_LEN];
+  ss_test_path(dir, sizeof(dir), name);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q %s", sim_path, dir, extra);
+  free(cli(args, 0, NULL));
+}
+
+static void out_file(char *buf, size_t len, const char *run, const char *file) {
+  char dir[PATH_LEN];
+  ss_test_path(dir, sizeof(dir), run);
+  snprintf(buf, len, "%s/%s", dir, file);
+}
+
+/* Outputs exist, phy check passes (in sort and alone), compare finds the units. */
+static void end_to_end(void **state) {
+  (void)state;
+  char *out;
+  char dir[PATH_LEN], args[ARGS_LEN], path[2 * PATH_LEN];
+  ss_test_path(dir, sizeof(dir), "merged");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --check", sim_path, dir);
+  out = cli(args, 0, NULL);
+  assert_non_null(strstr(out, "phy check:         ok"));
+  assert_non_null(strstr(out, "x real time"));
+  free(out);
+  const char *files[] = {"results.h5", "model.h5", "sim.fet.1", "sim.fmask.1", "sim.clu.1", "phy/params.py",
+                         "phy/templates.npy", "phy/pc_features.npy", "phy/cluster_group.tsv"};
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+    if (access(path, R_OK) != 0) fail_msg("missing output %s", path);
+  }
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  snprintf(path, sizeof(path), "%s/phy", dir);
+  if (ss_phy_check(&ctx, path) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  snprintf(args, sizeof(args), "compare '%s/results.h5' '%s' --exclude 0", dir, sim_path);
+  char *table = cli(args, 0, NULL);
+  const char *line = strstr(table, "well detected");
+  int found = 0, total = 0;
+  assert_int_equal(line ? sscanf(line, "well detected (accuracy >= 0.8): %d of %d", &found, &total) : 0, 2);
+  assert_int_equal(total, UNITS);
+  if (found < UNITS - 1) fail_msg("only %d of %d units well detected:\n%s", found, total, table);
+  free(table);
+}
+
+/* model.h5 and results.h5 hold their documented datasets with consistent shapes. */
+static void h5_layouts(void **state) {
+  (void)state;
+  char path[2 * PATH_LEN];
+  out_file(path, sizeof(path), "merged", "model.h5");
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0);
+  const char *model_sets[] = {"/filter/sos", "/threshold/sigma", "/threshold/weak", "/threshold/strong", "/probe/x_um",
+                              "/probe/adjacency", "/pca/basis", "/pca/eigenvalues", "/clusters/centroid",
+                              "/clusters/variance", "/clusters/mean_waveform", "/knn/features", "/knn/labels", "/params"};
+  for (size_t i = 0; i < sizeof(model_sets) / sizeof(model_sets[0]); i++)
+    if (H5Lexists(f, model_sets[i], H5P_DEFAULT) <= 0) fail_msg("model.h5: %s missing", model_sets[i]);
+  hid_t d = H5Dopen2(f, "/pca/basis", H5P_DEFAULT), s = H5Dget_space(d);
+  hsize_t dims[3];
+  assert_int_equal(H5Sget_simple_extent_dims(s, dims, NULL), 3);
+  assert_int_equal(dims[0], 32);
+  assert_int_equal(dims[1], 3);
+  H5Sclose(s);
+  H5Dclose(d);
+  H5Fclose(f);
+  out_file(path, sizeof(path), "merged", "results.h5");
+  f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0);
+  const char *result_sets[] = {"/spikes/time_samples", "/spikes/cluster", "/spikes/cluster_raw", "/features", "/masks",
+                               "/params", "/clusters/mean_waveform", "/clusters/n_spikes", "/merges/waveform_corr"};
+  for (size_t i = 0; i < sizeof(result_sets) / sizeof(result_sets[0]); i++)
+    if (H5Lexists(f, result_sets[i], H5P_DEFAULT) <= 0) fail_msg("results.h5: %s missing", result_sets[i]);
+  assert_true(H5Aexists(f, "input_crc32") > 0);
+  assert_true(H5Aexists(f, "version") > 0);
+  H5Fclose(f);
+}
+
+/* Acceptance 4: --threads 1 and --threads 2 write the same bytes. Acceptance 2: `cluster` on the
+ * run's .fet/.fmask (copied to another BASE) writes the same .clu as the --no-merge sort. */
+static void threads_and_cluster(void **state) {
+  (void)state;
+  sort_into("t1", "--threads 1 --no-merge");
+  sort_into("t2", "--threads 2 --no-merge");
+  const char *files[] = {"sim.fet.1", "sim.fmask.1", "sim.clu.1", "phy/spike_times.npy", "phy/spike_clusters.npy",
+                         "phy/templates.npy", "phy/pc_features.npy", "phy/similar_templates.npy", "phy/amplitudes.npy"};
+  char a[2 * PATH_LEN], b[2 * PATH_LEN], args[ARGS_LEN];
+  for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+    out_file(a, sizeof(a), "t1", files[i]);
+    out_file(b, sizeof(b), "t2", files[i]);
+    if (!same_file(a, b)) fail_msg("%s differs between 1 and 2 threads", files[i]);
+  }
+  char base[PATH_LEN];
+  ss_test_path(base, sizeof(base), "kk");
+  out_file(a, sizeof(a), "t1", "sim.fet.1");
+  snprintf(args, sizeof(args), "cp '%s' '%s.fet.1' && cp '%.*s.fmask.1' '%s.fmask.1'", a, base,
+           (int)(strlen(a) - strlen(".fet.1")), a, base);
+  assert_int_equal(system(args), 0);
+  snprintf(args, sizeof(args), "cluster '%s' 1 -q", base);
+  free(cli(args, 0, NULL));
+  snprintf(a, sizeof(a), "%s.clu.1", base);
+  out_file(b, sizeof(b), "t1", "sim.clu.1");
+  if (!same_file(a, b)) fail_msg("cluster on the sort's .fet/.fmask gave other labels than the sort");
+}
+
+/* The checker reports a wrong length and a missing file, naming them. */
+static void phy_check_errors(void **state) {
+  (void)state;
+  char dir[PATH_LEN], args[ARGS_LEN], path[2 * PATH_LEN];
+  ss_test_path(dir, sizeof(dir), "broken");
+  out_file(path, sizeof(path), "t1", "phy");
+  snprintf(args, sizeof(args), "rm -rf '%s' && cp -r '%s' '%s' && rm '%s/similar_templates.npy'", dir, path, dir, dir);
+  assert_int_equal(system(args), 0);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  int32_t three[3] = {1, 2, 3};
+  ss_array a3 = {.dtype = SS_DT_I32, .ndim = 1, .shape = {3}, .data = three};
+  snprintf(path, sizeof(path), "%s/spike_clusters.npy", dir);
+  assert_int_equal(ss_npy_write(&ctx, path, &a3), SS_OK);
+  assert_int_equal(ss_phy_check(&ctx, dir), SS_ERR_INPUT);
+  const char *msg = ss_error_message(&ctx);
+  if (!strstr(msg, "similar_templates.npy") || !strstr(msg, "spike_clusters.npy: axis 0 has 3 entries"))
+    fail_msg("unexpected message:\n%s", msg);
+  assert_int_equal(ss_phy_check(&ctx, "/nonexistent/phy"), SS_ERR_INPUT);
+  assert_string_equal(ss_error_message(&ctx), "/nonexistent/phy: not a directory");
+}
+
+static void expect_error(const char *args, int code, const char *text) {
+  char *err;
+  free(cli(args, code, &err));
+  if (!strstr(err, text)) fail_msg("spikestream %s: expected \"%s\" in:\n%s", args, text, err);
+  free(err);
+}
+
+static void bad_inputs(void **state) {
+  (void)state;
+  char args[ARGS_LEN], raw[PATH_LEN], dir[PATH_LEN];
+  ss_test_path(dir, sizeof(dir), "bad");
+  snprintf(args, sizeof(args), "sort /nonexistent/rec.nwb -o '%s' -q", dir);
+  expect_error(args, 1, "spikestream sort: /nonexistent/rec.nwb");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --probe '%s'", sim_path, dir,
+           SS_SOURCE_DIR "/params/probes/tetrode.json");
+  expect_error(args, 1, "tetrode.json: probe tetrode: has 4 channels, the recording 32");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --device cuda", sim_path, dir);
+  expect_error(args, 3, "spikestream sort: sort: --device cuda: masked EM on CUDA is not available yet (use --device cpu)");
+  /* 8 channels of flat binary: no positions, not the default probe's 32 channels */
+  ss_test_path(raw, sizeof(raw), "eight.bin");
+  FILE *f = fopen(raw, "wb");
+  assert_non_null(f);
+  int16_t zeros[8 * 1000] = {0};
+  fwrite(zeros, sizeof(zeros), 1, f);
+  fclose(f);
+  snprintf(args, sizeof(args), "sort '%s' --channels 8 --rate 30000 -o '%s' -q", raw, dir);
+  char want[2 * PATH_LEN];
+  snprintf(want, sizeof(want),
+           "spikestream sort: %s: no probe: give --probe (the file has no electrode positions, and its 8 channels do "
+           "not match the default probe's 32)", raw);
+  expect_error(args, 1, want);
+  expect_error("sort -q", 2, "spikestream sort: expected one input recording");
+  expect_error("sort x.nwb -q", 2, "spikestream sort: -o DIR is required");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 0", sim_path, dir);
+  expect_error(args, 2, "--threads");
+  char *out;
+  out = cli("sort --help", 0, NULL);
+  assert_non_null(strstr(out, "usage: spikestream sort INPUT -o DIR"));
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(end_to_end),       cmocka_unit_test(h5_layouts), cmocka_unit_test(threads_and_cluster),
+      cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
+  };
+  return cmocka_run_group_tests(tests, group_setup, NULL);
+}
