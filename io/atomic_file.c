@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Distinguishes temporaries of concurrent writers within one process. */
@@ -67,4 +68,22 @@ void ss_atomic_abort(ss_atomic_file *af) {
   af->f = NULL;
   if (af->tmp_path[0]) remove(af->tmp_path);
   af->tmp_path[0] = '\0';
+}
+
+ss_status ss_make_dir(ss_ctx *ctx, const char *dir) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
+  return SS_OK;
+}
+
+void ss_path_base_name(const char *path, char *buf, size_t len) {
+  const char *slash = strrchr(path, '/');
+  const char *name = slash ? slash + 1 : path;
+  const char *dot = strchr(name + 1, '.');
+  size_t n = dot ? (size_t)(dot - name) : strlen(name);
+  if (n >= len) n = len - 1;
+  memcpy(buf, name, n);
+  buf[n] = '\0';
 }

@@ -25,6 +25,11 @@ ss_status ss_atomic_commit(ss_ctx *ctx, ss_atomic_file *af);
 /* Give up: close and remove the temporary. Never fails. */
 void ss_atomic_abort(ss_atomic_file *af);
 
+/* Create a directory if it does not exist yet (its parent must exist); fail if the path is a file. */
+ss_status ss_make_dir(ss_ctx *ctx, const char *dir);
+/* A file's name up to its first dot, without the folder ("a/session.raw.kwd" → "session"). */
+void ss_path_base_name(const char *path, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

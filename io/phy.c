@@ -55,13 +55,6 @@ int ss_phy_raw_location(const ss_source_info *info, const ss_source_spec *spec, 
 
 /* --- writer ------------------------------------------------------------------------------------ */
 
-static ss_status make_dir(ss_ctx *ctx, const char *dir) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
-  return SS_OK;
-}
 
 static ss_status write_npy(ss_ctx *ctx, const char *dir, const char *name, ss_dtype t, int ndim, int64_t d0,
                            int64_t d1, int64_t d2, const void *data) {
@@ -111,7 +104,7 @@ static ss_status write_groups(ss_ctx *ctx, const char *dir, const ss_phy_folder 
 
 ss_status ss_phy_write(ss_ctx *ctx, const char *dir, const ss_phy_folder *ph) {
   const int64_t N = ph->n_spikes, T = ph->n_templates, C = ph->n_channels;
-  SS_TRY(make_dir(ctx, dir));
+  SS_TRY(ss_make_dir(ctx, dir));
   SS_TRY(write_npy(ctx, dir, "spike_times.npy", SS_DT_I64, 1, N, 0, 0, ph->spike_times));
   SS_TRY(write_npy(ctx, dir, "spike_clusters.npy", SS_DT_I32, 1, N, 0, 0, ph->spike_clusters));
   SS_TRY(write_npy(ctx, dir, "spike_templates.npy", SS_DT_I32, 1, N, 0, 0, ph->spike_templates));

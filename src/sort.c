@@ -1,6 +1,7 @@
 /* sort.c — the offline pipeline driver (sort.h): backend and probe resolution, the input checksum
  * (in a thread, alongside the front end), front end, masked EM, merge, per-cluster statistics, and
  * the stage timings and summary. The outputs are written by sort_outputs.c. */
+#include "io/atomic_file.h"
 #include "src/sort.h"
 
 #include <inttypes.h>
@@ -160,16 +161,6 @@ static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
   return SS_OK;
 }
 
-/* Spikes sorted by time, with the BASE of the KlustaKwik files from the input name. */
-static void base_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  const char *name = slash ? slash + 1 : path;
-  const char *dot = strchr(name + 1, '.');
-  size_t n = dot ? (size_t)(dot - name) : strlen(name);
-  if (n >= len) n = len - 1;
-  memcpy(buf, name, n);
-  buf[n] = '\0';
-}
 
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
@@ -255,7 +246,7 @@ ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) 
     sum->duration_s = info->duration_s;
     sum->n_channels = info->n_channels;
     sum->n_threads = be.n_threads;
-    base_name(o->spec.path, sum->base, sizeof(sum->base));
+    ss_path_base_name(o->spec.path, sum->base, sizeof(sum->base));
     st = run_all(ctx, o, &be, src, &s, t_start);
     if (st == SS_OK) keep_labels(&s);
     state_free(&s);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/atomic_file.h"
 #include "io/klustakwik.h"
 #include "io/model_h5.h"
 #include "io/phy.h"
@@ -133,13 +134,6 @@ ss_status ss_cluster_stats_compute(ss_ctx *ctx, const ss_spikes *s, const ss_pca
 
 /* --- paths ------------------------------------------------------------------------------------- */
 
-static ss_status make_dir(ss_ctx *ctx, const char *dir) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
-  return SS_OK;
-}
 
 static void out_path(char *buf, size_t len, const ss_sort_state *s, const char *name) {
   snprintf(buf, len, "%s/%s", s->o->out_dir, name);
@@ -558,7 +552,7 @@ static ss_status write_model(ss_ctx *ctx, const ss_sort_state *s) {
 }
 
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
-  SS_TRY(make_dir(ctx, s->o->out_dir));
+  SS_TRY(ss_make_dir(ctx, s->o->out_dir));
   SS_TRY(write_results(ctx, s));
   SS_TRY(write_phy(ctx, s));
   SS_TRY(write_klustakwik(ctx, s));

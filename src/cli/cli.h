@@ -91,10 +91,6 @@ int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_sp
 int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min, double *out);
 int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int64_t *out);
 
-/* Create a directory if missing (its parent must exist). */
-ss_status ss_cli_make_dir(ss_ctx *ctx, const char *dir);
-/* A file's name up to its first dot, without the folder ("a/session.raw.kwd" → "session"). */
-void ss_cli_base_name(const char *path, char *buf, size_t len);
 
 /* Print a usage problem ("spikestream CMD: ..." plus a hint) and return 2. */
 int ss_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -58,21 +58,4 @@ int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_sp
   }
 }
 
-ss_status ss_cli_make_dir(ss_ctx *ctx, const char *dir) {
-  if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
-    struct stat sb;
-    if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return SS_OK;
-    return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
-  }
-  return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
-}
 
-void ss_cli_base_name(const char *path, char *buf, size_t len) {
-  const char *slash = strrchr(path, '/');
-  const char *name = slash ? slash + 1 : path;
-  const char *dot = strchr(name + 1, '.');
-  size_t n = dot ? (size_t)(dot - name) : strlen(name);
-  if (n >= len) n = len - 1;
-  memcpy(buf, name, n);
-  buf[n] = '\0';
-}

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/atomic_file.h"
 #include "io/klustakwik.h"
 #include "io/results_h5.h"
 #include "io/source.h"
@@ -85,7 +86,7 @@ static ss_status write_klustakwik(ss_ctx *ctx, const char *dir, const char *base
 }
 
 static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_params *p, const ss_spikes *s) {
-  SS_TRY(ss_cli_make_dir(ctx, a->out_dir));
+  SS_TRY(ss_make_dir(ctx, a->out_dir));
   char *json = ss_params_to_json(p);
   if (!json) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: parameter JSON");
   ss_results_core core = {.sample_rate = s->rate_hz,
@@ -104,7 +105,7 @@ static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_param
   ss_status st = ss_results_write(ctx, path, &core);
   free(json);
   SS_TRY(st);
-  ss_cli_base_name(a->spec.path, base, sizeof(base));
+  ss_path_base_name(a->spec.path, base, sizeof(base));
   return write_klustakwik(ctx, a->out_dir, base, s);
 }
 
