@@ -208,7 +208,9 @@ static ss_status bench_full(ss_ctx *ctx, ss_bench_doc *doc, const ss_backend *gp
   snprintf(name, sizeof(name), "n%lld_gpu_complete", (long long)n);
   run_stats rs;
   memset(&rs, 0, sizeof(rs));
+  ctx->log_level = SS_LOG_DEBUG; /* the run's plan lines (block-part kernel, shared memory) in the log */
   ss_status s = run_case(ctx, gpu, x, m, truth, n, so.channels * so.per_channel, ss_bench_case(doc, name), &rs);
+  ctx->log_level = SS_LOG_INFO;
   if (s == SS_OK && n == 1000000) ss_bench_summary_number(doc, "gpu_total_s_n1e6", rs.seconds);
   free(rs.labels);
   free(x);

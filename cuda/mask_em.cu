@@ -12,8 +12,10 @@
  *             order (deterministic; products without FMA contraction, as on the CPU)
  *   E-step    per-cluster Cholesky, L⁻¹ and B⁻¹ in a kernel (one block per cluster), then per chunk
  *             of points: one DGEMM [EV | R² | R] · [h | w | g]ᵀ for the diagonal, correction and
- *             linear parts, a kernel for the block part rᵀB⁻¹r (points' U-values in shared memory,
- *             rows where every lane of a warp is 0 skipped — exact), and a fused best/second pass
+ *             linear parts, a kernel for the block part rᵀB⁻¹r (one thread per point walking only
+ *             its own unmasked entries in U_c, B_c⁻¹'s lower triangle staged in shared memory per
+ *             cluster; the old warp-union kernel remains for dimensions too large for shared
+ *             memory), and a fused best/second pass
  *   C-step, deletion (exact score changes from a (cluster, second) segmented reduction), score:
  *             on the device; per-cluster vectors (K values) and scalars come back.
  * Split sub-problems run one after the other on the same stream, each on a gathered copy of its
@@ -40,7 +42,14 @@ constexpr int64_t MSTEP_CHUNK = 512;       /* points per M-step partial (fixed: 
 constexpr int STAT_THREADS = 128;          /* M-step stats: threads over features */
 constexpr int PAIR_THREADS = 256;          /* M-step block: threads over (x, y) pairs */
 constexpr int CHOL_THREADS = 128;          /* one block per cluster */
-constexpr int QUAD_THREADS = 64;           /* block-part kernel: one point per thread */
+constexpr int QUAD_THREADS = 64;           /* warp-union block-part kernel (fallback): one point per thread */
+constexpr int SPARSE_THREADS = 128;        /* sparse block-part kernel: points per block (at most) */
+constexpr int SPARSE_MIN_THREADS = 32;     /* ... and at least (one warp) */
+constexpr int SPARSE_TILE = 8;             /* entries of a point held in registers per pass (ILP) */
+constexpr size_t SPARSE_SMEM_TARGET = 112 * 1024; /* bytes per block: two blocks per SM on sm_90 */
+constexpr int STAGE_BATCH = 8;             /* loads in flight per thread when staging B_c⁻¹ */
+constexpr int SPARSE_WAVES = 8;            /* blocks wanted per SM before clusters are split over blocks */
+constexpr size_t DEFAULT_SMEM_LIMIT = 48 * 1024; /* dynamic shared memory without the opt-in attribute */
 constexpr int PT_THREADS = 256;            /* per-point kernels */
 constexpr int SUM_THREADS = 1024;          /* single-block deterministic sums */
 constexpr int SEG_WARPS = 8;               /* deletion segments: one warp per segment */
@@ -80,6 +89,9 @@ __device__ double block_sum(double v, double *sh) {
 
 /* 32-bit words of a feature bitmask */
 __host__ __device__ inline int64_t words(int64_t d) { return (d + 31) / 32; }
+
+/* doubles of a packed lower triangle of a d × d matrix (per-cluster stride of the packed B⁻¹) */
+__host__ __device__ inline int64_t tri_size(int64_t d) { return d * (d + 1) / 2; }
 
 /* ---- data ---------------------------------------------------------------------------------------- */
 
@@ -294,12 +306,14 @@ struct eparams {
   double log2pi_d;
 };
 
-/* Cholesky of B_c (L, global scratch), W = L⁻¹, B⁻¹ = WᵀW, then the GEMM coefficients
+/* Cholesky of B_c (L, global scratch), W = L⁻¹, B⁻¹ = WᵀW (also packed as its lower triangle in
+ * tri, row q at q(q+1)/2, and feature → position in U_c (−1 off U_c) in posg, for the sparse
+ * block-part kernel), then the GEMM coefficients
  * coef[c] = [h | w | g] (h = diag Σ⁻¹; w = 1/δ on M_c, 0 on U_c; g = the linear coefficient) and
  * base_c. On failure the cluster is marked not alive and counted. */
 __global__ void k_factor(int64_t k, const int32_t *n_u, const int32_t *u_feat, const double *block, const double *offset,
                          const double *diag, const double *s2, const double *weight, eparams ep, int8_t *alive,
-                         double *Lw, double *Ww, double *binv, double *coef, double *base,
+                         double *Lw, double *Ww, double *binv, double *tri, int16_t *posg, double *coef, double *base,
                          unsigned long long *n_fail) {
   extern __shared__ double sh[]; /* v[d], then pos[d] as ints */
   int64_t c = blockIdx.x, d = ep.d, u = n_u[c];
@@ -352,6 +366,7 @@ __global__ void k_factor(int64_t k, const int32_t *n_u, const int32_t *u_feat, c
     double s = 0.0;
     for (int64_t q = j; q < u; q++) s += W[q * u + i] * W[q * u + j];
     Bi[i * u + j] = Bi[j * u + i] = s;
+    tri[c * tri_size(d) + j * (j + 1) / 2 + i] = s; /* row j ≥ i of the lower triangle */
   }
   __syncthreads();
   for (int64_t q = threadIdx.x; q < u; q += blockDim.x) {
@@ -363,6 +378,7 @@ __global__ void k_factor(int64_t k, const int32_t *n_u, const int32_t *u_feat, c
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     int32_t q = pos[i];
     double inv = 1.0 / dg[i];
+    posg[c * d + i] = (int16_t)q;
     cf[i] = q < 0 ? inv : Bi[q * u + q];
     cf[d + i] = q < 0 ? inv : 0.0;
     cf[2 * d + i] = q < 0 ? inv * (-2.0 * a[i]) : 2.0 * v[q];
@@ -434,6 +450,116 @@ __global__ void k_quad(const double *X, const uint32_t *pm, const int32_t *perm,
     acc += 2.0 * rx * t;
   }
   if (valid) C[c * rows + (j - r0)] += acc;
+}
+
+/* Σ_x 2 r_x (½ B⁻¹_xx r_x + Σ_{y<x} B⁻¹_xy r_y) over the point's own entries in U_c — the same
+ * terms, in the same order, as k_quad and the CPU (their extra terms are exact zeros) — for the
+ * point whose (feature, r) list is column tid of sF, sR (ne entries, features increasing). B⁻¹ is
+ * the packed lower triangle sB (row q at q(q+1)/2), sPos maps a feature to its position in U_c (−1
+ * off U_c). R entries x at a time live in registers; one pass over the entries before them adds
+ * their off-diagonal terms, each t_x still summed in increasing y. */
+template <int R>
+__device__ double sparse_quad(const int16_t *sF, const double *sR, const double *sB, const int16_t *sPos, int tid,
+                              int T, int ne) {
+  double acc = 0.0;
+  int e = 0;
+  while (e < ne) {
+    int xe[R], xrow[R];
+    double xr[R], t[R];
+    int last = -1;
+#pragma unroll
+    for (int s = 0; s < R; s++) {
+      int q = -1;
+      while (e < ne && (q = sPos[sF[e * T + tid]]) < 0) e++;
+      xe[s] = -1, xrow[s] = 0, xr[s] = 0.0, t[s] = 0.0;
+      if (e < ne) {
+        double r = sR[e * T + tid];
+        xe[s] = e, last = e, xr[s] = r, xrow[s] = q * (q + 1) / 2;
+        t[s] = 0.5 * sB[xrow[s] + q] * r;
+        e++;
+      }
+    }
+    for (int y = 0; y < last; y++) {
+      int q = sPos[sF[y * T + tid]];
+      if (q < 0) continue;
+      double r = sR[y * T + tid];
+#pragma unroll
+      for (int s = 0; s < R; s++)
+        if (y < xe[s]) t[s] += sB[xrow[s] + q] * r;
+    }
+#pragma unroll
+    for (int s = 0; s < R; s++)
+      if (xe[s] >= 0) acc += 2.0 * xr[s] * t[s];
+  }
+  return acc;
+}
+
+/* Block copy of n doubles from global to shared memory, STAGE_BATCH loads in flight per thread
+ * (the copy is latency-bound otherwise: it runs once per cluster between two barriers). */
+__device__ inline void stage(double *dst, const double *src, int64_t n, int tid, int T) {
+  for (int64_t t0 = tid; t0 < n; t0 += (int64_t)T * STAGE_BATCH) {
+    double v[STAGE_BATCH];
+#pragma unroll
+    for (int i = 0; i < STAGE_BATCH; i++) v[i] = t0 + i * T < n ? __ldg(src + t0 + i * T) : 0.0;
+#pragma unroll
+    for (int i = 0; i < STAGE_BATCH; i++)
+      if (t0 + i * T < n) dst[t0 + i * T] = v[i];
+  }
+}
+
+struct quadparams {
+  int64_t r0, rows, d, e_cap, k, per_block; /* per_block: clusters handled by one block */
+};
+
+/* Dynamic shared memory of k_quad_sparse: the block's lists (t × e_cap doubles and features), one
+ * packed triangle and the feature → position table. */
+size_t sparse_smem_bytes(int64_t t, int64_t e_cap, int64_t d) {
+  return sizeof(double) * (size_t)(t * e_cap + tri_size(d)) + sizeof(int16_t) * (size_t)(t * e_cap + d);
+}
+
+/* The block part, sparse: C[c·rows + p − r0] += rᵀ B_c⁻¹ r over U_c for the points perm[r0 + ...]
+ * (perm null: the identity), one thread per point and clusters c0 .. c1 − 1 of blockIdx.y in turn.
+ * Each thread first gathers its point's unmasked entries (feature, r = y − ν) into its column of
+ * shared memory (at most e_cap: the largest unmasked count of the data); per cluster the block
+ * stages the packed B_c⁻¹ and U_c's position table, then every thread walks its own entries only
+ * (≈ s²/2 multiply-adds for s entries in U_c, instead of the warp union's). */
+template <int R>
+__global__ void __launch_bounds__(SPARSE_THREADS)
+    k_quad_sparse(const double *X, const uint32_t *pm, const int32_t *perm, quadparams qp, const int8_t *alive,
+                  const int32_t *n_u, const double *tri, const int16_t *posg, double *C) {
+  extern __shared__ double sh[];
+  const int T = (int)blockDim.x, tid = (int)threadIdx.x;
+  const int64_t d = qp.d, nw = words(qp.d), e_cap = qp.e_cap;
+  double *sR = sh, *sB = sh + T * e_cap;
+  int16_t *sF = (int16_t *)(sB + tri_size(d)), *sPos = sF + T * e_cap;
+  int64_t pl = blockIdx.x * (int64_t)T + tid;
+  bool valid = pl < qp.rows;
+  int64_t j = valid ? (perm ? perm[qp.r0 + pl] : qp.r0 + pl) : 0;
+  int ne = 0;
+  if (valid) {
+    const double *x = X + j * 4 * d + 2 * d;
+    for (int64_t w = 0; w < nw; w++) {
+      uint32_t bits = pm[j * nw + w];
+      while (bits && ne < e_cap) {
+        int b = __ffs(bits) - 1, f = (int)(w * 32 + b);
+        bits &= bits - 1;
+        sF[ne * T + tid] = (int16_t)f;
+        sR[ne * T + tid] = x[f];
+        ne++;
+      }
+    }
+  }
+  int64_t c0 = blockIdx.y * qp.per_block, c1 = c0 + qp.per_block < qp.k ? c0 + qp.per_block : qp.k;
+  for (int64_t c = c0; c < c1; c++) {
+    int64_t u = n_u[c];
+    if (c == 0 || !alive[c] || u == 0) continue; /* uniform over the block */
+    __syncthreads();                             /* the previous cluster's tables are no longer read */
+    stage(sB, tri + c * tri_size(d), tri_size(u), tid, T);
+    for (int64_t t = tid; t < d; t += T) sPos[t] = posg[c * d + t];
+    __syncthreads();
+    double acc = sparse_quad<R>(sF, sR, sB, sPos, tid, T, ne);
+    if (valid) C[c * qp.rows + (j - qp.r0)] += acc;
+  }
 }
 
 __global__ void k_select(const double *C, int64_t r0, int64_t rows, int64_t k, const int8_t *alive, const double *base,
@@ -638,7 +764,13 @@ struct prob {
   int32_t *n_u = nullptr, *u_feat = nullptr, *map = nullptr;
   uint32_t *u_bits = nullptr;
   double *weight = nullptr, *kp_sum = nullptr, *offset = nullptr, *diag = nullptr, *block = nullptr, *Lw = nullptr,
-         *Ww = nullptr, *binv = nullptr, *coef = nullptr, *base = nullptr, *C = nullptr, *dsum = nullptr;
+         *Ww = nullptr, *binv = nullptr, *tri = nullptr, *coef = nullptr, *base = nullptr, *C = nullptr,
+         *dsum = nullptr;
+  int16_t *posg = nullptr;
+  /* sparse block part: threads per block (0: the warp-union kernel), its shared memory, and the
+   * largest unmasked count of a point (the data's, also a bound for gathered sub-problems) */
+  int64_t q_threads = 0, e_cap = 0;
+  size_t q_smem = 0;
   item *items = nullptr;
   double *part_stat = nullptr, *part_block = nullptr;
   int64_t item_cap = 0;
@@ -662,7 +794,7 @@ void mark(prob &p) {
 void prob_free(prob &p) {
   void *ptrs[] = {p.X_own, p.kp_own, p.pm_own, p.u_bits, p.labels, p.best, p.second, p.order, p.iota, p.prev, p.cost, p.cost1, p.cost2,
                   p.keys, p.keys_sorted, p.tmp, p.group, p.count_d, p.item_first, p.hist, p.scal, p.alive, p.n_u,
-                  p.u_feat, p.map, p.weight, p.kp_sum, p.offset, p.diag, p.block, p.Lw, p.Ww, p.binv, p.coef,
+                  p.u_feat, p.map, p.weight, p.kp_sum, p.offset, p.diag, p.block, p.Lw, p.Ww, p.binv, p.tri, p.posg, p.coef,
                   p.base, p.C, p.dsum, p.items, p.part_stat, p.part_block, p.seg_cnt, p.seg_off, p.s_bad, p.s_kp,
                   p.s_diff, p.tot_kp, p.delta, p.tot_n};
   for (void *q : ptrs) cudaFree(q);
@@ -711,6 +843,8 @@ ss_status reserve(ss_ctx *ctx, prob &p, int64_t k) {
   SS_TRY(dalloc(ctx, p.Lw, cap * d * d, "masked EM Cholesky factors"));
   SS_TRY(dalloc(ctx, p.Ww, cap * d * d, "masked EM inverse factors"));
   SS_TRY(dalloc(ctx, p.binv, cap * d * d, "masked EM inverse blocks"));
+  SS_TRY(dalloc(ctx, p.tri, cap * tri_size(d), "masked EM packed inverse blocks"));
+  SS_TRY(dalloc(ctx, p.posg, cap * d, "masked EM cluster-mask positions"));
   SS_TRY(dalloc(ctx, p.coef, cap * 3 * d, "masked EM E-step coefficients"));
   SS_TRY(dalloc(ctx, p.base, cap, "masked EM cluster constants"));
   SS_TRY(dalloc(ctx, p.C, p.chunk * cap, "masked EM cost matrix (a chunk of points x clusters)"));
@@ -871,14 +1005,49 @@ ss_status mstep(ss_ctx *ctx, prob &p) {
 
 /* ---- E-step ---- */
 
+/* Plan the sparse block-part kernel for points with at most e_cap unmasked features: the largest
+ * power-of-two block (≤ SPARSE_THREADS points) whose shared memory stays within SPARSE_SMEM_TARGET
+ * (two blocks per SM), down to one warp; when even that exceeds the device's per-block limit (very
+ * large D), q_threads stays 0 and the warp-union kernel k_quad runs instead. */
+ss_status quad_plan(ss_ctx *ctx, prob &p, int64_t e_cap) {
+  p.e_cap = e_cap, p.q_threads = 0, p.q_smem = 0;
+  if (p.d > INT16_MAX) return SS_OK; /* features are int16 in shared memory */
+  int dev = 0, optin = 0;
+  SS_CUDA_TRY(ctx, cudaGetDevice(&dev));
+  SS_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  int64_t t = SPARSE_THREADS;
+  while (t > SPARSE_MIN_THREADS && sparse_smem_bytes(t, e_cap, p.d) > SPARSE_SMEM_TARGET) t /= 2;
+  size_t bytes = sparse_smem_bytes(t, e_cap, p.d);
+  if (bytes > (size_t)optin) return SS_OK;
+  if (bytes > DEFAULT_SMEM_LIMIT)
+    SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_quad_sparse<SPARSE_TILE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          (int)bytes));
+  p.q_threads = t, p.q_smem = bytes;
+  return SS_OK;
+}
+
+/* Grid of the sparse kernel: point tiles × cluster groups; the clusters are split over blocks only
+ * when the tiles alone would not give every SM SPARSE_WAVES blocks (small problems). */
+void launch_sparse(prob &p, const int32_t *perm, int64_t r0, int64_t rows) {
+  int64_t t = p.q_threads, tiles = (rows + t - 1) / t, k = p.k;
+  int64_t sms = p.be && p.be->gpu.sm_count > 0 ? p.be->gpu.sm_count : 1;
+  int64_t groups = (SPARSE_WAVES * sms + tiles - 1) / tiles;
+  groups = groups < 1 ? 1 : (groups > k ? k : groups);
+  int64_t per = (k + groups - 1) / groups;
+  groups = (k + per - 1) / per;
+  quadparams qp = {r0, rows, p.d, p.e_cap, k, per};
+  k_quad_sparse<SPARSE_TILE><<<dim3((unsigned)tiles, (unsigned)groups), (unsigned)t, p.q_smem, p.s>>>(
+      p.X, p.pm, perm, qp, p.alive, p.n_u, p.tri, p.posg, p.C);
+}
+
 ss_status estep(ss_ctx *ctx, prob &p) {
   cudaStream_t s = p.s;
   int64_t k = p.k, d = p.d;
   SS_CUDA_TRY(ctx, cudaMemsetAsync(p.scal, 0, sizeof(unsigned long long) * 4, s));
   eparams ep = {d, (double)d * SS_EM_LOG_2PI};
   k_factor<<<(unsigned)k, CHOL_THREADS, sizeof(double) * (size_t)(2 * d), s>>>(
-      k, p.n_u, p.u_feat, p.block, p.offset, p.diag, p.s2, p.weight, ep, p.alive, p.Lw, p.Ww, p.binv, p.coef, p.base,
-      p.scal);
+      k, p.n_u, p.u_feat, p.block, p.offset, p.diag, p.s2, p.weight, ep, p.alive, p.Lw, p.Ww, p.binv, p.tri, p.posg,
+      p.coef, p.base, p.scal);
   SS_CUDA_TRY_LAUNCH(ctx, "E-step factorisation");
   mark(p);
   size_t quad_smem = quad_smem_bytes(d);
@@ -889,8 +1058,12 @@ ss_status estep(ss_ctx *ctx, prob &p) {
     SS_CUBLAS_TRY(ctx, cublasDgemm(p.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)k, (int)(3 * d), &one,
                                    p.X + r0 * 4 * d, (int)(4 * d), p.coef, (int)(3 * d), &zero, p.C, (int)rows));
     mark(p);
-    dim3 g(blocks(rows, QUAD_THREADS), (unsigned)k);
-    k_quad<<<g, QUAD_THREADS, quad_smem, s>>>(p.X, p.pm, perm, r0, rows, d, p.alive, p.n_u, p.u_bits, p.binv, p.C);
+    if (p.q_threads > 0) {
+      launch_sparse(p, perm, r0, rows);
+    } else {
+      dim3 g(blocks(rows, QUAD_THREADS), (unsigned)k);
+      k_quad<<<g, QUAD_THREADS, quad_smem, s>>>(p.X, p.pm, perm, r0, rows, d, p.alive, p.n_u, p.u_bits, p.binv, p.C);
+    }
     SS_CUDA_TRY_LAUNCH(ctx, "E-step block part");
     mark(p);
     k_select<<<blocks(rows, PT_THREADS), PT_THREADS, 0, s>>>(p.C, r0, rows, k, p.alive, p.base, p.weight, p.best,
@@ -1020,7 +1193,7 @@ ss_status full_step(ss_ctx *ctx, prob &p, int64_t *changed) {
 /* ---- the fit -------------------------------------------------------------------------------------- */
 
 struct dev_data {
-  int64_t n = 0, d = 0;
+  int64_t n = 0, d = 0, max_nnz = 0; /* max_nnz: the largest unmasked count of a point */
   double *X = nullptr, *kp = nullptr, *nu = nullptr, *s2 = nullptr;
   uint32_t *pm = nullptr;
   ~dev_data() {
@@ -1035,7 +1208,9 @@ struct dev_data {
 ss_status upload(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *dt, dev_data &dd) {
   cudaStream_t s = ss_cuda_stream(be);
   int64_t n = dt->n, d = dt->d, nnz = dt->nnz;
-  dd.n = n, dd.d = d;
+  dd.n = n, dd.d = d, dd.max_nnz = 0;
+  for (int64_t q = 0; q < n; q++)
+    if (dt->row[q + 1] - dt->row[q] > dd.max_nnz) dd.max_nnz = dt->row[q + 1] - dt->row[q];
   SS_TRY(dalloc(ctx, dd.X, n * 4 * d, "masked EM dense corrected data (N x 4D doubles)"));
   SS_TRY(dalloc(ctx, dd.kp, n, "masked EM k_p"));
   SS_TRY(dalloc(ctx, dd.pm, n * words(d), "masked EM feature bitmasks"));
@@ -1073,7 +1248,9 @@ ss_status main_init(ss_ctx *ctx, prob &p, const ss_backend *be, const ss_mask_em
   p.has_noise = 1;
   p.log_n = log((double)dd.n);
   size_t qs = quad_smem_bytes(dd.d);
-  if (qs > 48 * 1024) SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_quad, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qs));
+  if (qs > DEFAULT_SMEM_LIMIT)
+    SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_quad, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qs));
+  SS_TRY(quad_plan(ctx, p, dd.max_nnz));
   if (labels)
     SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.labels, labels, sizeof(int32_t) * (size_t)dd.n, cudaMemcpyHostToDevice, p.s));
   return SS_OK;
@@ -1367,11 +1544,15 @@ ss_status fit(ss_ctx *ctx, const ss_backend *be, gpu_run &r, const float *x, con
   SS_TRY(main_init(ctx, r.st, be, r.o, r.dd, labels.data(), k));
   SS_TRY(main_init(ctx, r.trial, be, r.o, r.dd, nullptr, k));
   SS_TRY(prob_init(ctx, r.sub, be, r.o, n, d, 4, true));
+  SS_TRY(quad_plan(ctx, r.sub, r.dd.max_nnz));
   r.sub.nu = r.dd.nu, r.sub.s2 = r.dd.s2, r.sub.has_noise = 0;
   res->t_prepare_s = ss_now() - t0;
   res->start_clusters = k;
   ss_log_info(ctx, "masked EM (cuda, %s): %" PRId64 " points x %" PRId64 " features, %" PRId64 " starting clusters",
               be->gpu.name, n, d, k);
+  ss_log_debug(ctx, "masked EM (cuda): block part %s (%" PRId64 " points per block, %zu bytes of shared memory, at most %" PRId64
+               " unmasked features per point)", r.st.q_threads ? "sparse" : "warp-union", r.st.q_threads, r.st.q_smem,
+               r.dd.max_nnz);
   SS_TRY(iterate(ctx, r));
   ss_status cs;
   compact(r.st, ctx, &cs);

@@ -1,9 +1,8 @@
 /* gpu_test_mask_em.c — GPU group: the CUDA masked EM (cuda/mask_em.cu) against the CPU reference.
  * Over the first 5 full iterations from the same mask-pattern start, cluster counts, weights,
  * means, diagonals, cluster masks and covariance blocks agree to a relative error ≤ 5e-5 and the
- * scores to 1e-9; complete fits on two synthetic datasets (and a simulated recording's features
- * when the spikestream binary can make them) give the CPU's clustering (ARI ≥ 0.99, same number of
- * clusters); two GPU runs give identical labels and scores; `cluster --device cuda` works. */
+ * scores to 1e-9; complete fits on two synthetic datasets and on a simulated recording's features
+ * (`simulate` + `detect`) give the CPU's clustering (ARI ≥ 0.99, same number of clusters); two GPU runs give identical labels and scores; `cluster --device cuda` works. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #define SCORE_RTOL 1e-9
 #define TRACE_ITERATIONS 5
 #define ARI_MIN 0.99
+#define SIM_SECONDS 20 /* simulated recording for the third dataset (~1,500 spikes) */
 
 typedef struct {
   float *x, *m;
@@ -177,6 +177,33 @@ static void fits_agree_synthetic(void **state) {
   free_synth(&b);
 }
 
+/* The third dataset: features of a simulated recording (`simulate` + `detect`, 32 channels). */
+static void fits_agree_simulated(void **state) {
+  (void)state;
+  char base[512], fet[700], fmask[700], args[2048];
+  ss_test_path(base, sizeof(base), "simrec");
+  snprintf(args, sizeof(args), "simulate -o '%s.nwb' --duration %d -q", base, SIM_SECONDS);
+  char *out, *err;
+  int rc = ss_test_run_cli(args, &out, &err);
+  if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);
+  free(out);
+  free(err);
+  snprintf(args, sizeof(args), "detect '%s.nwb' -o '%s_det' -q", base, base);
+  rc = ss_test_run_cli(args, &out, &err);
+  if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);
+  free(out);
+  free(err);
+  snprintf(fet, sizeof(fet), "%s_det/simrec.fet.1", base);
+  snprintf(fmask, sizeof(fmask), "%s_det/simrec.fmask.1", base);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_matrix fx, fm;
+  if (ss_kk_read_features(&ctx, fet, fmask, 0, &fx, &fm) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  compare_fits(fx.data, fm.data, fx.rows, fx.cols, "simulated recording");
+  ss_matrix_free(&fx);
+  ss_matrix_free(&fm);
+}
+
 /* Two GPU runs: identical labels, score and iteration count. */
 static void deterministic(void **state) {
   (void)state;
@@ -266,6 +293,7 @@ int main(void) {
       cmocka_unit_test(quick_steps_refused),
       cmocka_unit_test(first_iterations_agree),
       cmocka_unit_test(fits_agree_synthetic),
+      cmocka_unit_test(fits_agree_simulated),
       cmocka_unit_test(deterministic),
       cmocka_unit_test(cli_device_cuda),
   };
