@@ -2,8 +2,8 @@
 # The main job on built-in demo data: build, simulate a 60 s 32-channel recording with ground truth
 # on the shipped probe, sort it (front end, masked EM, automatic merge; results.h5, phy folder,
 # KlustaKwik files, model.h5) and score the sorting against the ground truth with `compare`.
-# The sort runs on the GPU when this build has CUDA and a device and masked EM on CUDA exists;
-# until then (and on machines without a GPU) on the CPU — `sort` says which.
+# Masked EM runs on the GPU when this build has CUDA and a device, else on the CPU — `sort` says
+# which; the front end runs on CPU threads (its CUDA twin is a later issue).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
@@ -13,7 +13,7 @@ mkdir -p "$demo"
 "$ss" info
 "$ss" simulate -o "$demo/sim.nwb" --duration 60 --seed 1 --quiet | head -n 1
 "$ss" inspect --check-nwb "$demo/sim.nwb" | tail -n 1
-# --device auto: CUDA when available for every stage, else the CPU; the log line names the choice
+# --device auto: CUDA when available, else the CPU; the log lines name the choice
 "$ss" sort "$demo/sim.nwb" -o "$demo/sorted" --device auto --check 2>&1 | grep -v '^spikestream: detect:'
 # cluster 0 is masked EM's noise cluster: left out of the scoring
 "$ss" compare "$demo/sorted/results.h5" "$demo/sim.nwb" --exclude 0 --json "$demo/compare.json" | tail -n 4

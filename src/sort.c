@@ -16,10 +16,6 @@
 #include "src/mask_em.h"
 #include "src/sort_internal.h"
 
-/* Masked EM on CUDA is issue 6; until it lands, sort refuses --device cuda up front (before the front
- * end runs) instead of failing after it. Set to 1 when cuda/mask_em.cu exists. */
-#define SS_SORT_CUDA_MASK_EM 0
-
 void ss_sort_opts_defaults(ss_sort_opts *o) {
   memset(o, 0, sizeof(*o));
   ss_params_defaults(&o->params);
@@ -36,14 +32,7 @@ void ss_sort_summary_free(ss_sort_summary *s) {
 /* --- setup ------------------------------------------------------------------------------------- */
 
 static ss_status open_backend(ss_ctx *ctx, const ss_sort_opts *o, ss_backend *be, const char **device) {
-  if (o->device == SS_DEVICE_CUDA && !SS_SORT_CUDA_MASK_EM)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "sort: --device cuda: masked EM on CUDA is not available yet (use --device cpu)");
-  ss_device_kind kind = o->device;
-  if (kind == SS_DEVICE_AUTO && !SS_SORT_CUDA_MASK_EM) {
-    kind = SS_DEVICE_CPU;
-    ss_log_info(ctx, "sort: --device auto: running on the CPU (masked EM on CUDA is not available yet)");
-  }
-  SS_TRY(ss_backend_open(ctx, kind, 0, o->n_threads, be));
+  SS_TRY(ss_backend_open(ctx, o->device, 0, o->n_threads, be));
   *device = be->kind == SS_DEVICE_CUDA ? "cuda" : "cpu";
   return SS_OK;
 }
@@ -165,7 +154,8 @@ static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
   double t0 = ss_now();
-  ss_log_info(ctx, "sort: [1/4] front end: filter, detect, features (%d threads)", be->n_threads);
+  /* The front end has no CUDA twin yet (issue 7): it runs on CPU threads whatever the backend. */
+  ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
   SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
   double t1 = ss_now();
   sum->t_frontend_s = t1 - t0;

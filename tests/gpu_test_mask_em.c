@@ -281,6 +281,44 @@ static void cli_device_cuda(void **state) {
   free_synth(&s);
 }
 
+/* `sort --device cuda` runs masked EM on the GPU (and says so) and reaches the CPU sort's clusters
+ * (ARI >= 0.99 on the final labels, same number of clusters). */
+static void sort_device_cuda(void **state) {
+  (void)state;
+  char base[512], args[2048], clu[2][800];
+  ss_test_path(base, sizeof(base), "sortrec");
+  snprintf(args, sizeof(args), "simulate -o '%s.nwb' --duration %d --seed 4 -q", base, SIM_SECONDS);
+  char *out, *err;
+  int rc = ss_test_run_cli(args, &out, &err);
+  if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);
+  free(out);
+  free(err);
+  static const char *const devices[2] = {"cpu", "cuda"};
+  for (int d = 0; d < 2; d++) {
+    snprintf(args, sizeof(args), "sort '%s.nwb' -o '%s_%s' --device %s", base, base, devices[d], devices[d]);
+    rc = ss_test_run_cli(args, &out, &err);
+    if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);
+    if (d == 1 && !strstr(err, "masked EM on cuda")) fail_msg("sort --device cuda did not run masked EM on cuda:\n%s", err);
+    free(out);
+    free(err);
+    snprintf(clu[d], sizeof(clu[d]), "%s_%s/sortrec.clu.1", base, devices[d]);
+  }
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  int64_t n[2], k[2];
+  int32_t *labels[2];
+  for (int d = 0; d < 2; d++)
+    if (ss_kk_read_clu(&ctx, clu[d], &n[d], &labels[d], &k[d]) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  assert_int_equal(n[0], n[1]);
+  assert_int_equal(k[0], k[1]);
+  double ari = 0;
+  assert_int_equal(ss_cluster_ari(&ctx, labels[0], labels[1], n[0], &ari), SS_OK);
+  printf("sort cpu vs cuda: %lld spikes, %lld clusters, ARI %.5f\n", (long long)n[0], (long long)k[0], ari);
+  assert_true(ari >= 0.99);
+  free(labels[0]);
+  free(labels[1]);
+}
+
 int main(void) {
   ss_test_require_gpu();
   ss_ctx ctx;
@@ -296,6 +334,7 @@ int main(void) {
       cmocka_unit_test(fits_agree_simulated),
       cmocka_unit_test(deterministic),
       cmocka_unit_test(cli_device_cuda),
+      cmocka_unit_test(sort_device_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   ss_backend_close(&gpu);

@@ -210,8 +210,11 @@ static void bad_inputs(void **state) {
   snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --probe '%s'", sim_path, dir,
            SS_SOURCE_DIR "/params/probes/tetrode.json");
   expect_error(args, 1, "tetrode.json: probe tetrode: has 4 channels, the recording 32");
-  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --device cuda", sim_path, dir);
-  expect_error(args, 3, "spikestream sort: sort: --device cuda: masked EM on CUDA is not available yet (use --device cpu)");
+  char why[256];
+  if (ss_backend_gpu_count(why, sizeof(why)) == 0) { /* with a GPU this runs: see gpu_test_mask_em */
+    snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --device cuda", sim_path, dir);
+    expect_error(args, 3, "spikestream sort: --device cuda: no CUDA device available");
+  }
   /* 8 channels of flat binary: no positions, not the default probe's 32 channels */
   ss_test_path(raw, sizeof(raw), "eight.bin");
   FILE *f = fopen(raw, "wb");
