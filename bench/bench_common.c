@@ -7,6 +7,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+#if SS_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 #include "build_config.h"
 #include "src/log.h"
 
@@ -98,4 +104,66 @@ double ss_bench_median_s(ss_bench_fn fn, void *arg, int warmup, int repeats, ss_
   double med = repeats % 2 ? t[repeats / 2] : 0.5 * (t[repeats / 2 - 1] + t[repeats / 2]);
   free(t);
   return med;
+}
+
+/* --- device memory sampler ----------------------------------------------------------------------- */
+
+#define SS_BENCH_MEM_PERIOD_US 1000
+
+typedef struct {
+  pthread_t thread;
+  atomic_int stop;
+  int device;
+  size_t baseline, peak;
+} gpu_mem_impl;
+
+#if SS_HAVE_CUDA
+static size_t used_bytes(void) {
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+  return total_b - free_b;
+}
+
+static void *sample(void *arg) {
+  gpu_mem_impl *g = arg;
+  cudaSetDevice(g->device);
+  while (!atomic_load(&g->stop)) {
+    size_t u = used_bytes();
+    if (u > g->peak) g->peak = u;
+    struct timespec nap = {0, SS_BENCH_MEM_PERIOD_US * 1000L};
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+#endif
+
+ss_status ss_bench_gpu_mem_start(ss_ctx *ctx, const ss_backend *be, ss_bench_gpu_mem *m) {
+  m->impl = NULL;
+#if SS_HAVE_CUDA
+  if (be->kind != SS_DEVICE_CUDA) return SS_OK;
+  gpu_mem_impl *g = calloc(1, sizeof(*g));
+  if (!g) return ss_fail(ctx, SS_ERR_NOMEM, "bench: memory sampler: out of memory");
+  g->device = be->gpu.index;
+  g->baseline = g->peak = used_bytes();
+  if (pthread_create(&g->thread, NULL, sample, g) != 0) {
+    free(g);
+    return ss_fail(ctx, SS_ERR_INTERNAL, "bench: cannot start the memory sampler thread");
+  }
+  m->impl = g;
+#else
+  (void)ctx;
+  (void)be;
+#endif
+  return SS_OK;
+}
+
+double ss_bench_gpu_mem_stop_mib(ss_bench_gpu_mem *m) {
+  gpu_mem_impl *g = m->impl;
+  if (!g) return 0;
+  atomic_store(&g->stop, 1);
+  pthread_join(g->thread, NULL);
+  double mib = (double)(g->peak - g->baseline) / 1048576.0;
+  free(g);
+  m->impl = NULL;
+  return mib;
 }

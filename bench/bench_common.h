@@ -34,4 +34,14 @@ void ss_bench_device_string(const ss_backend *be, char *buf, size_t len);
 typedef ss_status (*ss_bench_fn)(void *arg);
 double ss_bench_median_s(ss_bench_fn fn, void *arg, int warmup, int repeats, ss_status *st);
 
+/* Peak device memory of a region: a thread samples cudaMemGetInfo every millisecond between start
+ * and stop (device-wide, so run nothing else on the GPU meanwhile). Without CUDA or a device,
+ * stop returns 0. */
+typedef struct {
+  void *impl;
+} ss_bench_gpu_mem;
+ss_status ss_bench_gpu_mem_start(ss_ctx *ctx, const ss_backend *be, ss_bench_gpu_mem *m);
+/* Peak MiB in use above what was in use at start. */
+double ss_bench_gpu_mem_stop_mib(ss_bench_gpu_mem *m);
+
 #endif

@@ -45,7 +45,12 @@ static ss_status run_case(ss_ctx *ctx, const ss_backend *be, const float *x, con
   ss_mask_em_opts o;
   default_opts(&o);
   ss_mask_em_result r;
-  SS_TRY(ss_mask_em_fit(ctx, be, x, m, n, d, &o, &r));
+  ss_bench_gpu_mem mem;
+  SS_TRY(ss_bench_gpu_mem_start(ctx, be, &mem));
+  ss_status fit = ss_mask_em_fit(ctx, be, x, m, n, d, &o, &r);
+  double peak_mib = ss_bench_gpu_mem_stop_mib(&mem);
+  SS_TRY(fit);
+  if (be->kind == SS_DEVICE_CUDA) cJSON_AddNumberToObject(c, "gpu_peak_mib", peak_mib);
   double steps = r.t_mstep_s + r.t_estep_s + r.t_cstep_s;
   rs->seconds = r.t_total_s;
   rs->iterations = r.n_iterations;

@@ -156,7 +156,10 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   double t0 = ss_now();
   /* The front end has no CUDA twin yet (issue 7): it runs on CPU threads whatever the backend. */
   ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
-  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  ss_backend cpu = *be; /* the same threads, without the CUDA state the CPU stages must not see */
+  cpu.kind = SS_DEVICE_CPU;
+  cpu.cuda = NULL;
+  SS_TRY(ss_frontend_run(ctx, &cpu, &s->o->params, src, s->probe, &s->spikes, &s->fe));
   double t1 = ss_now();
   sum->t_frontend_s = t1 - t0;
   sum->n_spikes = s->spikes.n;
