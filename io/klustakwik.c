@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -125,7 +126,11 @@ static ss_status write_table(ss_ctx *ctx, const char *path, const ss_matrix *m, 
   for (int64_t r = 0; r < m->rows && !ferror(af.f); r++) {
     for (int64_t c = 0; c < m->cols; c++) {
       if (c) fputc(' ', af.f);
-      fprintf(af.f, format, (double)m->data[r * m->cols + c]);
+      /* most masks are exactly 0 or 1: skip the (slow) float formatting for them; same text */
+      float v = m->data[r * m->cols + c];
+      if (v == 0.0f && !signbit(v)) fputc('0', af.f);
+      else if (v == 1.0f) fputc('1', af.f);
+      else fprintf(af.f, format, (double)v);
     }
     fputc('\n', af.f);
   }
