@@ -190,19 +190,6 @@ static void k_beyond_gpu_limit(void **state) {
   ss_backend_close(&gpu);
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  b[n] = '\0';
-  fclose(f);
-  return b;
-}
-
 /* Acceptance 3: --generate 10000 1000 5 3, then knn on both devices: identical outputs. */
 static void cli_both_devices(void **state) {
   (void)state;
@@ -223,7 +210,7 @@ static void cli_both_devices(void **state) {
     assert_int_equal(ss_test_run_cli(args, &so, &se), 0);
     printf("%s", se);
     free(so), free(se);
-    char *a = slurp(oc), *b = slurp(og);
+    char *a = ss_test_slurp(oc), *b = ss_test_slurp(og);
     assert_string_equal(a, b);
     free(a), free(b);
   }

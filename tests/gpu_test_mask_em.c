@@ -13,6 +13,7 @@
 #include "src/cluster_metrics.h"
 #include "src/mask_em.h"
 #include "src/mask_em_synth.h"
+#include "mask_em_test_util.h"
 #include "ss_test.h"
 
 #define PARAM_RTOL 5e-5
@@ -21,31 +22,10 @@
 #define ARI_MIN 0.99
 #define SIM_SECONDS 20 /* simulated recording for the third dataset (~1,500 spikes) */
 
-typedef struct {
-  float *x, *m;
-  int32_t *truth;
-  int64_t n, d;
-} synth_set;
 
 static ss_backend gpu;
 
-static synth_set make_synth(int64_t n, int64_t channels, int64_t units, uint64_t seed) {
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  ss_synth_opts so;
-  ss_synth_defaults(&so, n, seed);
-  so.channels = channels;
-  so.units = units;
-  synth_set s = {.n = n, .d = channels * so.per_channel};
-  assert_int_equal(ss_synth_generate(&ctx, &so, &s.x, &s.m, &s.truth), SS_OK);
-  return s;
-}
 
-static void free_synth(synth_set *s) {
-  free(s->x);
-  free(s->m);
-  free(s->truth);
-}
 
 static void default_opts(ss_mask_em_opts *o) {
   ss_params p;

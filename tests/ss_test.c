@@ -52,7 +52,7 @@ const char *ss_test_write_file(const char *name, const char *text) {
   return path;
 }
 
-static char *slurp(const char *path) {
+char *ss_test_slurp(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return strdup("");
   fseek(f, 0, SEEK_END);
@@ -71,8 +71,8 @@ int ss_test_run_cli(const char *args, char **out, char **err) {
   ss_test_path(err_path, sizeof(err_path), "cli.err");
   snprintf(cmd, sizeof(cmd), "'%s' %s >'%s' 2>'%s' </dev/null", SS_CLI_PATH, args, out_path, err_path);
   int rc = system(cmd);
-  if (out) *out = slurp(out_path);
-  if (err) *err = slurp(err_path);
+  if (out) *out = ss_test_slurp(out_path);
+  if (err) *err = ss_test_slurp(err_path);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
 }
 

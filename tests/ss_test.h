@@ -28,6 +28,9 @@ void ss_test_path(char *buf, size_t len, const char *name);
 /* Write `text` to a file in the temporary directory and return its path (static buffer per call slot). */
 const char *ss_test_write_file(const char *name, const char *text);
 
+/* A whole file as a NUL-terminated string (malloc'd); "" when it cannot be read. */
+char *ss_test_slurp(const char *path);
+
 /* ctx initialised quietly, for tests */
 void ss_test_ctx(ss_ctx *ctx);
 

@@ -215,19 +215,6 @@ static void csv_errors(void **state) {
   ss_knn_table_free(&t);
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-  b[n] = '\0';
-  fclose(f);
-  return b;
-}
-
 static void cli_round_trip(void **state) {
   (void)state;
   char gen[512], out[512], out2[512], npy[512], args[2048], *so, *se;
@@ -241,7 +228,7 @@ static void cli_round_trip(void **state) {
   snprintf(args, sizeof(args), "knn -o '%s' --seed 7 --generate 400 100 3 2", out2);
   assert_int_equal(ss_test_run_cli(args, &so, &se), 0);
   free(so), free(se);
-  char *a = slurp(gen), *b = slurp(out2);
+  char *a = ss_test_slurp(gen), *b = ss_test_slurp(out2);
   assert_string_equal(a, b); /* same seed, same file */
   assert_true(strncmp(a, "400,100,3,2\n", 12) == 0);
   free(a), free(b);

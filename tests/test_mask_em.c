@@ -14,6 +14,7 @@
 #include "src/mask_em.h"
 #include "src/mask_em_synth.h"
 #include "src/rng.h"
+#include "mask_em_test_util.h"
 #include "ss_test.h"
 
 #define TOL 1e-9
@@ -325,29 +326,8 @@ static void mask_pattern_start(void **state) {
 
 /* ---- whole fits ---------------------------------------------------------------------------------- */
 
-typedef struct {
-  float *x, *m;
-  int32_t *truth;
-  int64_t n, d;
-} synth_set;
 
-static synth_set make_synth(int64_t n, int64_t channels, int64_t units, uint64_t seed) {
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  ss_synth_opts so;
-  ss_synth_defaults(&so, n, seed);
-  so.channels = channels;
-  so.units = units;
-  synth_set s = {.n = n, .d = channels * so.per_channel};
-  assert_int_equal(ss_synth_generate(&ctx, &so, &s.x, &s.m, &s.truth), SS_OK);
-  return s;
-}
 
-static void free_synth(synth_set *s) {
-  free(s->x);
-  free(s->m);
-  free(s->truth);
-}
 
 static void fit(const synth_set *s, int threads, ss_mask_em_result *r) {
   ss_ctx ctx;
