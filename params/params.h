@@ -87,6 +87,9 @@ typedef struct {
     double max_violation_increase;
   } merge;
   struct {
+    double penalty_k_log_n; /* replaces mask_em.penalty_k_log_n in `sort` only */
+  } sort;
+  struct {
     int64_t k;
     int strategy; /* ss_knn_strategy */
     int64_t query_tile;

@@ -108,6 +108,11 @@ const ss_param_spec ss_param_table[] = {
     NUM("merge.max_violation_increase", merge.max_violation_increase, 0.005, 0, 1, 0, 0,
         "Largest allowed rise of the refractory-violation fraction caused by a merge."),
 
+    NUM("sort.penalty_k_log_n", sort.penalty_k_log_n, 0.2, 0, INF, 0, 0,
+        "BIC-style penalty weight of masked EM in `sort` (replaces mask_em.penalty_k_log_n, which `cluster` "
+        "keeps at KlustaKwik's 1): the spike detector's masks span many channels, and each unmasked "
+        "channel adds covariance terms to a cluster's penalty (see docs/architecture.md)."),
+
     INT("knn.k", knn.k, 10, 1, 100000, "Neighbours per query."),
     ENUM("knn.strategy", knn.strategy, SS_KNN_AUTO, knn_strategy_opts,
          "k-selection: auto (measured crossover), k-pass minimum, bitonic sort, warp queue."),

@@ -96,6 +96,8 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
     for (int64_t j = 0; j < D; j++) m[i * D + j] = sp->masks[i * C + j / P];
   ss_mask_em_opts opts;
   ss_mask_em_opts_from_params(&opts, &s->o->params);
+  /* detector masks are wider than KlustaKwik's defaults assume: `sort` has its own BIC weight */
+  opts.penalty_k_log_n = s->o->params.sort.penalty_k_log_n;
   ss_mask_em_result r = {0};
   /* the per-iteration log (info in `cluster`) is shown here only at --log-level debug */
   ss_ctx em_ctx;

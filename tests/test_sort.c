@@ -12,6 +12,7 @@
 #include "datasets/simulate.h"
 #include "io/npy.h"
 #include "io/phy.h"
+#include "params/params.h"
 #include "params/probe.h"
 #include "ss_test.h"
 
@@ -165,7 +166,10 @@ static void threads_and_cluster(void **state) {
   snprintf(args, sizeof(args), "cp '%s' '%s.fet.1' && cp '%.*s.fmask.1' '%s.fmask.1'", a, base,
            (int)(strlen(a) - strlen(".fet.1")), a, base);
   assert_int_equal(system(args), 0);
-  snprintf(args, sizeof(args), "cluster '%s' 1 -q", base);
+  /* `sort` uses its own BIC weight (sort.penalty_k_log_n); `cluster` is told the same */
+  ss_params dp;
+  ss_params_defaults(&dp);
+  snprintf(args, sizeof(args), "cluster '%s' 1 -q -PenaltyKLogN %.17g", base, dp.sort.penalty_k_log_n);
   free(cli(args, 0, NULL));
   snprintf(a, sizeof(a), "%s.clu.1", base);
   out_file(b, sizeof(b), "t1", "sim.clu.1");
