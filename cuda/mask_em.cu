@@ -1463,49 +1463,35 @@ ss_status split_step(ss_ctx *ctx, gpu_run &r, int64_t it, const ss_mask_em_iter_
   return log_push(r, e);
 }
 
-bool split_due(const ss_mask_em_opts *o, int64_t it, int64_t changed) {
-  if (changed == 0 || it == o->split_first) return true;
-  return it > o->split_first && (it - o->split_first) % o->split_every == 0;
+ss_status drv_full_iteration(ss_ctx *ctx, void *self, int64_t it, ss_mask_em_iter_log *e) {
+  gpu_run &r = *(gpu_run *)self;
+  SS_TRY(full_iteration(ctx, r.st, it, e, r.res));
+  return log_push(r, *e);
+}
+
+ss_status drv_seen_before(ss_ctx *ctx, void *self, int *seen) {
+  gpu_run &r = *(gpu_run *)self;
+  uint64_t h;
+  SS_TRY(diff_hash(ctx, r.st, nullptr, nullptr, &h));
+  *seen = 0;
+  for (uint64_t q : r.hashes) *seen = *seen || q == h;
+  if ((int64_t)r.hashes.size() < MAX_HISTORY) r.hashes.push_back(h);
+  return SS_OK;
+}
+
+ss_status drv_split_step(ss_ctx *ctx, void *self, int64_t it, const ss_mask_em_iter_log *full, int64_t *accepted,
+                         double *score) {
+  return split_step(ctx, *(gpu_run *)self, it, *full, accepted, score);
 }
 
 ss_status iterate(ss_ctx *ctx, gpu_run &r) {
-  const ss_mask_em_opts *o = r.o;
-  ss_mask_em_result *res = r.res;
-  double prev_score = NAN;
-  for (int64_t it = 1;; it++) {
-    if (it > o->max_iterations) {
-      res->stop = SS_EM_STOP_MAX_ITER;
-      return SS_OK;
-    }
-    ss_mask_em_iter_log e;
-    SS_TRY(full_iteration(ctx, r.st, it, &e, res));
-    SS_TRY(log_push(r, e));
-    res->n_iterations = it;
-    res->score = e.score;
-    bool cycle = false;
-    if (e.changed != 0) {
-      uint64_t h;
-      SS_TRY(diff_hash(ctx, r.st, nullptr, nullptr, &h));
-      for (uint64_t q : r.hashes) cycle = cycle || q == h;
-      if ((int64_t)r.hashes.size() < MAX_HISTORY) r.hashes.push_back(h);
-    }
-    if (o->fast && ((double)e.changed < o->fast_change_fraction * (double)r.st.n ||
-                    fabs(e.score - prev_score) < o->fast_score_delta)) {
-      res->stop = SS_EM_STOP_FAST;
-      return SS_OK;
-    }
-    prev_score = e.score;
-    int64_t accepted = 0;
-    if (split_due(o, it, e.changed) || cycle) SS_TRY(split_step(ctx, r, it, e, &accepted, &res->score));
-    if (e.changed == 0 && accepted == 0) {
-      res->stop = SS_EM_STOP_CONVERGED;
-      return SS_OK;
-    }
-    if (cycle) {
-      res->stop = SS_EM_STOP_CYCLE;
-      return SS_OK;
-    }
-  }
+  ss_em_driver d;
+  d.self = &r;
+  d.full_iteration = drv_full_iteration;
+  d.seen_before = drv_seen_before;
+  d.split_step = drv_split_step;
+  d.n = r.st.n;
+  return ss_em_drive(ctx, r.o, &d, r.res);
 }
 
 /* Starting labels on the host (mask patterns, .clu or k-means, as the CPU), compacted. */

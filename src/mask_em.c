@@ -193,9 +193,7 @@ static int split_due(const ss_mask_em_opts *o, int64_t it, int64_t changed) {
   return it > o->split_first && (it - o->split_first) % o->split_every == 0;
 }
 
-static ss_status iterate(ss_ctx *ctx, em_run *r) {
-  const ss_mask_em_opts *o = r->st.opts;
-  ss_mask_em_result *res = r->res;
+ss_status ss_em_drive(ss_ctx *ctx, const ss_mask_em_opts *o, const ss_em_driver *d, ss_mask_em_result *res) {
   double prev_score = NAN;
   for (int64_t it = 1;; it++) {
     if (it > o->max_iterations) {
@@ -203,18 +201,19 @@ static ss_status iterate(ss_ctx *ctx, em_run *r) {
       return SS_OK;
     }
     ss_mask_em_iter_log e;
-    SS_TRY(full_iteration(ctx, r, it, &e));
+    SS_TRY(d->full_iteration(ctx, d->self, it, &e));
     res->n_iterations = it;
     res->score = e.score;
-    int cycle = e.changed != 0 && seen_before(r);
-    if (o->fast && ((double)e.changed < o->fast_change_fraction * (double)r->st.n ||
+    int cycle = 0;
+    if (e.changed != 0) SS_TRY(d->seen_before(ctx, d->self, &cycle));
+    if (o->fast && ((double)e.changed < o->fast_change_fraction * (double)d->n ||
                     fabs(e.score - prev_score) < o->fast_score_delta)) {
       res->stop = SS_EM_STOP_FAST;
       return SS_OK;
     }
     prev_score = e.score;
     int64_t accepted = 0;
-    if (split_due(o, it, e.changed) || cycle) SS_TRY(split_step(ctx, r, it, &e, &accepted, &res->score));
+    if (split_due(o, it, e.changed) || cycle) SS_TRY(d->split_step(ctx, d->self, it, &e, &accepted, &res->score));
     if (e.changed == 0 && accepted == 0) {
       res->stop = SS_EM_STOP_CONVERGED;
       return SS_OK;
@@ -224,6 +223,25 @@ static ss_status iterate(ss_ctx *ctx, em_run *r) {
       return SS_OK;
     }
   }
+}
+
+static ss_status cpu_full_iteration(ss_ctx *ctx, void *self, int64_t it, ss_mask_em_iter_log *e) {
+  return full_iteration(ctx, self, it, e);
+}
+static ss_status cpu_seen_before(ss_ctx *ctx, void *self, int *seen) {
+  (void)ctx;
+  *seen = seen_before(self);
+  return SS_OK;
+}
+static ss_status cpu_split_step(ss_ctx *ctx, void *self, int64_t it, const ss_mask_em_iter_log *full,
+                                int64_t *accepted, double *score) {
+  return split_step(ctx, self, it, full, accepted, score);
+}
+
+static ss_status iterate(ss_ctx *ctx, em_run *r) {
+  ss_em_driver d = {.self = r, .full_iteration = cpu_full_iteration, .seen_before = cpu_seen_before,
+                    .split_step = cpu_split_step, .n = r->st.n};
+  return ss_em_drive(ctx, r->st.opts, &d, r->res);
 }
 
 static ss_status run_alloc(ss_ctx *ctx, em_run *r, const ss_mask_em_opts *o, int n_threads) {

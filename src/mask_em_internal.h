@@ -40,6 +40,21 @@ ss_status ss_em_start_labels(ss_ctx *ctx, const ss_mask_em_data *dt, const ss_ma
 /* 64-bit hash of (k, labels) for cycle detection. */
 uint64_t ss_em_labels_hash(const ss_mask_em_state *st);
 
+/* The iteration driver both backends share (MASKED_EM.md §5–6: stop rules, cycle check, split
+ * schedule); each backend supplies its steps. */
+typedef struct {
+  void *self;
+  /* one full iteration (M, E, C, deletion, score), logged by the backend */
+  ss_status (*full_iteration)(ss_ctx *ctx, void *self, int64_t it, ss_mask_em_iter_log *e);
+  /* did the current labelling occur before? (records it) */
+  ss_status (*seen_before)(ss_ctx *ctx, void *self, int *seen);
+  /* a split round after iteration `it`; *score receives the new reference score */
+  ss_status (*split_step)(ss_ctx *ctx, void *self, int64_t it, const ss_mask_em_iter_log *full, int64_t *accepted,
+                          double *score);
+  int64_t n; /* points of the problem (the fast preset's change fraction) */
+} ss_em_driver;
+ss_status ss_em_drive(ss_ctx *ctx, const ss_mask_em_opts *o, const ss_em_driver *d, ss_mask_em_result *res);
+
 #ifdef __cplusplus
 }
 #endif
