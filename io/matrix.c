@@ -393,26 +393,27 @@ static ss_status array_to_matrix(ss_ctx *ctx, const ss_array *a, const char *wha
   return SS_OK;
 }
 
+/* A .npy file or an HDF5 dataset as an array; `what` receives the name messages use. */
+static ss_status read_array(ss_ctx *ctx, file_format fmt, const char *path, const char *dataset, ss_array *a,
+                            char *what, size_t len) {
+  if (fmt == FMT_NPY) {
+    snprintf(what, len, "%s", path);
+    return ss_npy_read(ctx, path, a);
+  }
+  return h5_read(ctx, path, dataset, a, what, len);
+}
+
 ss_status ss_matrix_read(ss_ctx *ctx, const char *path, const char *dataset, ss_matrix *out) {
   memset(out, 0, sizeof(*out));
+  file_format fmt = format_of(path);
+  if (fmt == FMT_CSV || fmt == FMT_TXT) return csv_read_matrix(ctx, path, out);
+  if (fmt != FMT_NPY && fmt != FMT_HDF5) return unknown_format(ctx, path);
   ss_array a;
-  char label[1024];
-  ss_status st;
-  switch (format_of(path)) {
-    case FMT_NPY:
-      SS_TRY(ss_npy_read(ctx, path, &a));
-      st = array_to_matrix(ctx, &a, path, out);
-      ss_array_free(&a);
-      return st;
-    case FMT_HDF5:
-      SS_TRY(h5_read(ctx, path, dataset, &a, label, sizeof(label)));
-      st = array_to_matrix(ctx, &a, label, out);
-      ss_array_free(&a);
-      return st;
-    case FMT_CSV:
-    case FMT_TXT: return csv_read_matrix(ctx, path, out);
-    default: return unknown_format(ctx, path);
-  }
+  char what[1024];
+  SS_TRY(read_array(ctx, fmt, path, dataset, &a, what, sizeof(what)));
+  ss_status st = array_to_matrix(ctx, &a, what, out);
+  ss_array_free(&a);
+  return st;
 }
 
 ss_status ss_matrix_write(ss_ctx *ctx, const char *path, const char *dataset, const ss_matrix *m) {
@@ -463,24 +464,15 @@ static ss_status array_to_labels(ss_ctx *ctx, const ss_array *a, const char *wha
 ss_status ss_labels_read(ss_ctx *ctx, const char *path, const char *dataset, int64_t *n, int32_t **out) {
   *n = 0;
   *out = NULL;
+  file_format fmt = format_of(path);
+  if (fmt == FMT_CSV || fmt == FMT_TXT) return csv_read_labels(ctx, path, n, out);
+  if (fmt != FMT_NPY && fmt != FMT_HDF5) return unknown_format(ctx, path);
   ss_array a;
-  char label[1024];
-  ss_status st;
-  switch (format_of(path)) {
-    case FMT_NPY:
-      SS_TRY(ss_npy_read(ctx, path, &a));
-      st = array_to_labels(ctx, &a, path, n, out);
-      ss_array_free(&a);
-      return st;
-    case FMT_HDF5:
-      SS_TRY(h5_read(ctx, path, dataset, &a, label, sizeof(label)));
-      st = array_to_labels(ctx, &a, label, n, out);
-      ss_array_free(&a);
-      return st;
-    case FMT_CSV:
-    case FMT_TXT: return csv_read_labels(ctx, path, n, out);
-    default: return unknown_format(ctx, path);
-  }
+  char what[1024];
+  SS_TRY(read_array(ctx, fmt, path, dataset, &a, what, sizeof(what)));
+  ss_status st = array_to_labels(ctx, &a, what, n, out);
+  ss_array_free(&a);
+  return st;
 }
 
 ss_status ss_labels_write(ss_ctx *ctx, const char *path, const char *dataset, int64_t n, const int32_t *labels) {
