@@ -98,6 +98,11 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
   ss_mask_em_opts_from_params(&opts, &s->o->params);
   /* detector masks are wider than KlustaKwik's defaults assume: `sort` has its own BIC weight */
   opts.penalty_k_log_n = s->o->params.sort.penalty_k_log_n;
+  ss_params def;
+  ss_params_defaults(&def);
+  if (s->o->params.mask_em.penalty_k_log_n != def.mask_em.penalty_k_log_n) /* set, but not the knob sort reads */
+    ss_log_warn(ctx, "sort: mask_em.penalty_k_log_n = %g is ignored here; sort uses sort.penalty_k_log_n = %g",
+                s->o->params.mask_em.penalty_k_log_n, opts.penalty_k_log_n);
   ss_mask_em_result r = {0};
   /* the per-iteration log (info in `cluster`) is shown here only at --log-level debug */
   ss_ctx em_ctx;
