@@ -20,6 +20,7 @@ static const ss_command commands[] = {
     {"detect", "front end alone: filter, detect, align, PCA features and masks", ss_cmd_detect},
     {"cluster", "masked EM on KlustaKwik .fet/.fmask files (a drop-in for KlustaKwik)", ss_cmd_cluster},
     {"sort", "sort a recording end to end: front end, masked EM, merge, results + phy + model", ss_cmd_sort},
+    {"replay", "stream a recording over a link (TCP, UNIX socket, pipe) in real time, for live mode", ss_cmd_replay},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

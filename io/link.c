@@ -1,0 +1,484 @@
+/* link.c — byte-stream links named by URI (io/link.h): one URI parser, one connect path and one listen
+ * path parameterised by address family (TCP over IPv4/IPv6, UNIX domain), stdin/stdout and plain files;
+ * and the int16 frame reader that carries partial frames between reads.
+ *
+ * Why the care: live mode (issue #10) reads a stream whose writer may start before or after it (connects
+ * are retried), may vanish at any time (writes never raise SIGPIPE; a vanished peer is an error naming
+ * the URI) and any signal may interrupt a system call (every loop retries EINTR). */
+#include "io/link.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "src/log.h"
+
+#define SS_LINK_URI_MAX 1024
+#define SS_LINK_MAX_ADDRS 8           /* addresses tried per host name */
+#define SS_LINK_RETRY_S 0.02          /* pause between connect attempts while the peer is not there yet */
+#define SS_LINK_LISTEN_BACKLOG 1      /* a listener accepts one connection */
+#define SS_LINK_PORT_MAX 65535
+#define SS_LINK_FILE_MODE 0644
+#define SS_FRAME_MAX_CHANNELS 65536
+
+typedef enum { KIND_STDIO, KIND_FILE, KIND_CONNECT, KIND_LISTEN } link_kind;
+
+struct ss_link {
+  int fd;
+  int owns_fd;   /* stdin/stdout are not closed */
+  int is_socket; /* send(MSG_NOSIGNAL); otherwise SIGPIPE is blocked around write() */
+  char uri[SS_LINK_URI_MAX];
+};
+
+/* A parsed URI: what to open and, for sockets, the family and address text. */
+typedef struct {
+  link_kind kind;
+  int family;       /* AF_UNIX, or AF_UNSPEC for TCP (resolved) */
+  char host[256];   /* TCP ("" = any, listeners only) */
+  char port[8];
+  const char *path; /* file path or UNIX socket path (points into the URI) */
+} link_addr;
+
+/* Resolved socket addresses to try in order. */
+typedef struct {
+  int n;
+  struct sockaddr_storage addr[SS_LINK_MAX_ADDRS];
+  socklen_t len[SS_LINK_MAX_ADDRS];
+  int family[SS_LINK_MAX_ADDRS];
+} addr_list;
+
+static const struct {
+  const char *prefix;
+  link_kind kind;
+  int family;
+} schemes[] = {{"tcp://", KIND_CONNECT, AF_UNSPEC},
+               {"tcp-listen://", KIND_LISTEN, AF_UNSPEC},
+               {"unix://", KIND_CONNECT, AF_UNIX},
+               {"unix-listen://", KIND_LISTEN, AF_UNIX}};
+#define N_SCHEMES (sizeof(schemes) / sizeof(schemes[0]))
+
+static const char scheme_list[] = "stdin, stdout, -, a file path, tcp://, tcp-listen://, unix://, unix-listen://";
+
+/* ---- URI parsing ---------------------------------------------------------------------------- */
+
+/* "host:port" or "[v6]:port"; the port an integer in 1..65535. */
+static ss_status parse_host_port(ss_ctx *ctx, const char *uri, const char *rest, link_addr *a) {
+  const char *colon = strrchr(rest, ':');
+  const char *host = rest, *host_end = colon;
+  if (!colon || !colon[1])
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: expected host:port after the scheme", uri);
+  if (*rest == '[') { /* IPv6 literal */
+    const char *close = strchr(rest, ']');
+    if (!close || close + 1 != colon) return ss_fail(ctx, SS_ERR_INPUT, "%s: expected [address]:port", uri);
+    host = rest + 1;
+    host_end = close;
+  }
+  if ((size_t)(host_end - host) >= sizeof(a->host)) return ss_fail(ctx, SS_ERR_INPUT, "%s: host name too long", uri);
+  char *end = NULL;
+  errno = 0;
+  long port = strtol(colon + 1, &end, 10);
+  if (errno || *end || end == colon + 1 || port < 1 || port > SS_LINK_PORT_MAX)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: port \"%s\": expected an integer in 1..%d", uri, colon + 1,
+                   SS_LINK_PORT_MAX);
+  memcpy(a->host, host, (size_t)(host_end - host));
+  a->host[host_end - host] = '\0';
+  if (!a->host[0] && a->kind == KIND_CONNECT) return ss_fail(ctx, SS_ERR_INPUT, "%s: empty host name", uri);
+  snprintf(a->port, sizeof(a->port), "%ld", port);
+  return SS_OK;
+}
+
+static ss_status parse_socket_uri(ss_ctx *ctx, const char *uri, const char *rest, link_addr *a) {
+  if (a->family != AF_UNIX) return parse_host_port(ctx, uri, rest, a);
+  struct sockaddr_un sun;
+  if (!*rest) return ss_fail(ctx, SS_ERR_INPUT, "%s: empty socket path (expected unix:///path)", uri);
+  if (strlen(rest) >= sizeof(sun.sun_path))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: socket path longer than %zu bytes", uri, sizeof(sun.sun_path) - 1);
+  a->path = rest;
+  return SS_OK;
+}
+
+static ss_status parse_uri(ss_ctx *ctx, const char *uri, ss_link_dir dir, link_addr *a) {
+  memset(a, 0, sizeof(*a));
+  if (!uri || !*uri) return ss_fail(ctx, SS_ERR_INPUT, "empty link URI (expected %s)", scheme_list);
+  if (strlen(uri) >= SS_LINK_URI_MAX) return ss_fail(ctx, SS_ERR_INPUT, "%.64s...: link URI too long", uri);
+  if (!strcmp(uri, "-") || !strcmp(uri, "stdin") || !strcmp(uri, "stdout")) {
+    if ((!strcmp(uri, "stdin") && dir != SS_LINK_READ) || (!strcmp(uri, "stdout") && dir != SS_LINK_WRITE))
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot %s it", uri, dir == SS_LINK_READ ? "read from" : "write to");
+    a->kind = KIND_STDIO;
+    return SS_OK;
+  }
+  for (size_t i = 0; i < N_SCHEMES; i++) {
+    size_t len = strlen(schemes[i].prefix);
+    if (strncmp(uri, schemes[i].prefix, len) != 0) continue;
+    a->kind = schemes[i].kind;
+    a->family = schemes[i].family;
+    return parse_socket_uri(ctx, uri, uri + len, a);
+  }
+  const char *sep = strstr(uri, "://");
+  if (sep)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: unknown scheme \"%.*s\" (expected %s)", uri, (int)(sep - uri), uri,
+                   scheme_list);
+  a->kind = KIND_FILE;
+  a->path = uri;
+  return SS_OK;
+}
+
+/* ---- addresses ------------------------------------------------------------------------------ */
+
+static ss_status resolve(ss_ctx *ctx, const char *uri, const link_addr *a, addr_list *out) {
+  memset(out, 0, sizeof(*out));
+  if (a->family == AF_UNIX) {
+    struct sockaddr_un *sun = (struct sockaddr_un *)&out->addr[0];
+    sun->sun_family = AF_UNIX;
+    memcpy(sun->sun_path, a->path, strlen(a->path) + 1); /* length checked by the parser */
+    out->len[0] = (socklen_t)sizeof(*sun);
+    out->family[0] = AF_UNIX;
+    out->n = 1;
+    return SS_OK;
+  }
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (a->kind == KIND_LISTEN ? AI_PASSIVE : 0);
+  int rc = getaddrinfo(a->host[0] ? a->host : NULL, a->port, &hints, &res);
+  if (rc != 0)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot resolve host \"%s\": %s", uri, a->host, gai_strerror(rc));
+  for (struct addrinfo *p = res; p && out->n < SS_LINK_MAX_ADDRS; p = p->ai_next) {
+    memcpy(&out->addr[out->n], p->ai_addr, p->ai_addrlen);
+    out->len[out->n] = p->ai_addrlen;
+    out->family[out->n++] = p->ai_family;
+  }
+  freeaddrinfo(res);
+  if (out->n == 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: host \"%s\" has no address", uri, a->host);
+  return SS_OK;
+}
+
+/* TCP carries small latency-critical blocks: never wait to coalesce them (Nagle). */
+static void tune_socket(int fd, int family) {
+  int one = 1;
+  if (family != AF_UNIX) (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void close_quietly(int fd) {
+  if (fd >= 0) (void)close(fd);
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* The peer is not there yet: worth trying again until the timeout. */
+static int connect_retryable(int err) {
+  return err == ECONNREFUSED || err == ENOENT || err == ETIMEDOUT || err == EAGAIN || err == ENETUNREACH ||
+         err == EHOSTUNREACH || err == ECONNABORTED || err == ECONNRESET;
+}
+
+/* One connect attempt over every address: the connected socket or -1 with *err set. */
+static int try_connect(const addr_list *al, int *err) {
+  for (int i = 0; i < al->n; i++) {
+    int fd = socket(al->family[i], SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      *err = errno;
+      continue;
+    }
+    int rc;
+    do rc = connect(fd, (const struct sockaddr *)&al->addr[i], al->len[i]);
+    while (rc != 0 && errno == EINTR);
+    if (rc == 0) {
+      tune_socket(fd, al->family[i]);
+      return fd;
+    }
+    *err = errno;
+    close(fd);
+  }
+  return -1;
+}
+
+/* timeout_s <= 0: no limit. */
+static int past_deadline(double t0, double timeout_s) { return timeout_s > 0 && ss_now() - t0 >= timeout_s; }
+
+static ss_status open_connect(ss_ctx *ctx, const char *uri, const addr_list *al, double timeout_s, int *fd) {
+  double t0 = ss_now();
+  int err = 0;
+  for (;;) {
+    if ((*fd = try_connect(al, &err)) >= 0) return SS_OK;
+    if (!connect_retryable(err))
+      return ss_fail(ctx, SS_ERR_IO, "%s: connect: %s", uri, strerror(err));
+    if (past_deadline(t0, timeout_s))
+      return ss_fail(ctx, SS_ERR_IO, "%s: connect: no listener after %g s: %s", uri, timeout_s, strerror(err));
+    sleep_s(SS_LINK_RETRY_S);
+  }
+}
+
+/* A UNIX socket file left by an earlier listener is replaced; anything else at the path is not. */
+static ss_status clear_unix_path(ss_ctx *ctx, const char *uri, const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return SS_OK;
+  if (!S_ISSOCK(st.st_mode)) return ss_fail(ctx, SS_ERR_IO, "%s: %s exists and is not a socket", uri, path);
+  if (unlink(path) != 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot remove the old socket: %s", uri, strerror(errno));
+  return SS_OK;
+}
+
+static ss_status bind_listener(ss_ctx *ctx, const char *uri, const addr_list *al, int *lfd, int *family) {
+  int err = 0;
+  for (int i = 0; i < al->n; i++) {
+    int fd = socket(al->family[i], SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    if (al->family[i] != AF_UNIX) (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&al->addr[i], al->len[i]) == 0 && listen(fd, SS_LINK_LISTEN_BACKLOG) == 0) {
+      *lfd = fd;
+      *family = al->family[i];
+      return SS_OK;
+    }
+    err = errno;
+    close(fd);
+  }
+  return ss_fail(ctx, SS_ERR_IO, "%s: listen: %s", uri, strerror(err));
+}
+
+/* Wait (EINTR-safe) for one connection; the listener is closed afterwards either way. */
+static ss_status accept_one(ss_ctx *ctx, const char *uri, int lfd, int family, double timeout_s, int *fd) {
+  double t0 = ss_now();
+  for (;;) {
+    double left = timeout_s - (ss_now() - t0);
+    if (timeout_s > 0 && left <= 0)
+      return ss_fail(ctx, SS_ERR_IO, "%s: accept: no connection after %g s: %s", uri, timeout_s, strerror(ETIMEDOUT));
+    struct pollfd p = {lfd, POLLIN, 0};
+    int rc = poll(&p, 1, timeout_s > 0 ? (int)(left * 1e3) + 1 : -1);
+    if (rc < 0 && errno != EINTR) return ss_fail(ctx, SS_ERR_IO, "%s: poll: %s", uri, strerror(errno));
+    if (rc <= 0) continue;
+    *fd = accept(lfd, NULL, NULL);
+    if (*fd >= 0) break;
+    if (errno != EINTR && errno != ECONNABORTED && errno != EAGAIN)
+      return ss_fail(ctx, SS_ERR_IO, "%s: accept: %s", uri, strerror(errno));
+  }
+  (void)fcntl(*fd, F_SETFD, FD_CLOEXEC);
+  tune_socket(*fd, family);
+  return SS_OK;
+}
+
+static ss_status open_listen(ss_ctx *ctx, const char *uri, const link_addr *a, const addr_list *al, double timeout_s,
+                             int *fd) {
+  if (a->family == AF_UNIX) SS_TRY(clear_unix_path(ctx, uri, a->path));
+  int lfd = -1, family = 0;
+  SS_TRY(bind_listener(ctx, uri, al, &lfd, &family));
+  ss_status st = accept_one(ctx, uri, lfd, family, timeout_s, fd);
+  close(lfd);
+  /* The socket file only served to rendezvous: remove it so no stale file is left behind. */
+  if (a->family == AF_UNIX) (void)unlink(a->path);
+  return st;
+}
+
+static ss_status open_file(ss_ctx *ctx, const char *uri, const link_addr *a, ss_link_dir dir, int *fd, int *owns) {
+  *owns = a->kind != KIND_STDIO;
+  if (a->kind == KIND_STDIO) {
+    *fd = dir == SS_LINK_READ ? STDIN_FILENO : STDOUT_FILENO;
+    return SS_OK;
+  }
+  int flags = dir == SS_LINK_READ ? O_RDONLY : (O_WRONLY | O_CREAT | O_TRUNC);
+  do *fd = open(a->path, flags | O_CLOEXEC, SS_LINK_FILE_MODE);
+  while (*fd < 0 && errno == EINTR);
+  if (*fd < 0)
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot open for %s: %s", uri, dir == SS_LINK_READ ? "reading" : "writing",
+                   strerror(errno));
+  return SS_OK;
+}
+
+/* ---- public link API ------------------------------------------------------------------------ */
+
+ss_status ss_link_open(ss_ctx *ctx, const char *uri, ss_link_dir dir, double timeout_s, ss_link **out) {
+  *out = NULL;
+  link_addr a;
+  SS_TRY(parse_uri(ctx, uri, dir, &a));
+  int fd = -1, owns = 1;
+  if (a.kind == KIND_STDIO || a.kind == KIND_FILE) {
+    SS_TRY(open_file(ctx, uri, &a, dir, &fd, &owns));
+  } else {
+    addr_list al;
+    SS_TRY(resolve(ctx, uri, &a, &al));
+    if (a.kind == KIND_CONNECT) SS_TRY(open_connect(ctx, uri, &al, timeout_s, &fd));
+    else SS_TRY(open_listen(ctx, uri, &a, &al, timeout_s, &fd));
+  }
+  ss_link *l = calloc(1, sizeof(*l));
+  if (!l) {
+    if (owns) close_quietly(fd);
+    return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: link %s", uri);
+  }
+  struct stat st;
+  l->fd = fd;
+  l->owns_fd = owns;
+  l->is_socket = fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+  snprintf(l->uri, sizeof(l->uri), "%s", uri);
+  *out = l;
+  return SS_OK;
+}
+
+ss_status ss_link_read(ss_ctx *ctx, ss_link *l, void *buf, size_t cap, size_t *got) {
+  ssize_t n;
+  do n = read(l->fd, buf, cap);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    *got = 0;
+    return ss_fail(ctx, SS_ERR_IO, "%s: read: %s", l->uri, strerror(errno));
+  }
+  *got = (size_t)n;
+  return SS_OK;
+}
+
+/* write() on a pipe or terminal whose reader is gone raises SIGPIPE: block it for this call and
+ * swallow the pending signal, so the failure is an EPIPE return in this thread only. */
+static ssize_t write_no_sigpipe(int fd, const void *buf, size_t n) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  int was_pending = 0;
+  sigset_t pending;
+  if (sigpending(&pending) == 0) was_pending = sigismember(&pending, SIGPIPE);
+  ssize_t w = write(fd, buf, n);
+  int err = errno;
+  if (w < 0 && err == EPIPE && !was_pending) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  errno = err;
+  return w;
+}
+
+ss_status ss_link_write(ss_ctx *ctx, ss_link *l, const void *buf, size_t n) {
+  const char *p = buf;
+  while (n > 0) {
+    ssize_t w = l->is_socket ? send(l->fd, p, n, MSG_NOSIGNAL) : write_no_sigpipe(l->fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const char *why = errno == EPIPE || errno == ECONNRESET ? "the receiver disconnected: " : "";
+      return ss_fail(ctx, SS_ERR_IO, "%s: write: %s%s", l->uri, why, strerror(errno));
+    }
+    p += w;
+    n -= (size_t)w;
+  }
+  return SS_OK;
+}
+
+int ss_link_fd(const ss_link *l) { return l ? l->fd : -1; }
+const char *ss_link_uri(const ss_link *l) { return l ? l->uri : ""; }
+
+void ss_link_close(ss_link *l) {
+  if (!l) return;
+  if (l->owns_fd) close_quietly(l->fd);
+  free(l);
+}
+
+/* ---- frame reader --------------------------------------------------------------------------- */
+
+struct ss_frame_reader {
+  ss_link *link;
+  int n_channels;
+  size_t frame_bytes;
+  int64_t max_rows;
+  unsigned char *buf; /* max_rows whole frames plus one partial frame */
+  size_t cap, have, consumed;
+  int eof;
+  int64_t rows_total;
+  double t_last_read;
+};
+
+ss_status ss_frame_reader_open(ss_ctx *ctx, ss_link *l, int n_channels, int64_t max_rows, ss_frame_reader **out) {
+  *out = NULL;
+  if (n_channels < 1 || n_channels > SS_FRAME_MAX_CHANNELS)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: channels: expected 1..%d, got %d", ss_link_uri(l), SS_FRAME_MAX_CHANNELS,
+                   n_channels);
+  if (max_rows < 1 || max_rows > INT64_MAX / 2 / ((int64_t)n_channels * (int64_t)sizeof(int16_t)))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: rows per read: expected >= 1, got %lld", ss_link_uri(l),
+                   (long long)max_rows);
+  ss_frame_reader *r = NULL;
+  SS_TRY(SS_CALLOC(ctx, r, 1, "frame reader"));
+  r->link = l;
+  r->n_channels = n_channels;
+  r->frame_bytes = (size_t)n_channels * sizeof(int16_t);
+  r->max_rows = max_rows;
+  r->cap = (size_t)(max_rows + 1) * r->frame_bytes;
+  ss_status st = SS_ALLOC(ctx, r->buf, r->cap, "frame reader buffer");
+  if (st != SS_OK) {
+    free(r);
+    return st;
+  }
+  *out = r;
+  return SS_OK;
+}
+
+/* Frames are little-endian on the wire. */
+static void to_host_order(int16_t *v, size_t n) {
+  const uint16_t probe = 1;
+  if (*(const unsigned char *)&probe == 1) return;
+  for (size_t i = 0; i < n; i++) {
+    uint16_t u = (uint16_t)v[i];
+    v[i] = (int16_t)(uint16_t)((u >> 8) | (u << 8));
+  }
+}
+
+/* Read until at least one whole frame is buffered or the stream ends. */
+static ss_status fill_one_frame(ss_ctx *ctx, ss_frame_reader *r) {
+  while (r->have < r->frame_bytes && !r->eof) {
+    size_t got = 0;
+    SS_TRY(ss_link_read(ctx, r->link, r->buf + r->have, r->cap - r->have, &got));
+    r->t_last_read = ss_now();
+    r->eof = got == 0;
+    r->have += got;
+  }
+  return SS_OK;
+}
+
+ss_status ss_frame_reader_next(ss_ctx *ctx, ss_frame_reader *r, const int16_t **rows, int64_t *n, double *t_arrival) {
+  *rows = NULL;
+  *n = 0;
+  /* Whatever was not delivered last time (rows beyond max_rows, a partial frame) moves to the front. */
+  if (r->consumed) {
+    memmove(r->buf, r->buf + r->consumed, r->have - r->consumed);
+    r->have -= r->consumed;
+    r->consumed = 0;
+  }
+  SS_TRY(fill_one_frame(ctx, r));
+  *t_arrival = r->t_last_read;
+  if (r->have < r->frame_bytes) {
+    if (r->have == 0) return SS_OK; /* clean end */
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: stream ended mid-frame: %zu of %zu bytes of a frame (%lld rows received)",
+                   ss_link_uri(r->link), r->have, r->frame_bytes, (long long)r->rows_total);
+  }
+  int64_t whole = (int64_t)(r->have / r->frame_bytes);
+  *n = whole < r->max_rows ? whole : r->max_rows;
+  r->consumed = (size_t)*n * r->frame_bytes;
+  to_host_order((int16_t *)r->buf, (size_t)*n * (size_t)r->n_channels);
+  *rows = (const int16_t *)r->buf;
+  r->rows_total += *n;
+  return SS_OK;
+}
+
+int64_t ss_frame_reader_rows_total(const ss_frame_reader *r) { return r ? r->rows_total : 0; }
+
+void ss_frame_reader_close(ss_frame_reader *r) {
+  if (!r) return;
+  free(r->buf);
+  free(r);
+}
