@@ -1,4 +1,4 @@
-/* model_h5.c — writes model.h5 (layout in model_h5.h), atomically. */
+/* model_h5.c — writes model.h5 (layout in model_h5.h), atomically; the causal twin /live when given. */
 #include "io/model_h5.h"
 
 #include <hdf5.h>
@@ -58,6 +58,7 @@ static ss_status write_front(ss_ctx *ctx, hid_t f, const ss_model_file *m, const
   st = nd(ctx, g, "x_um", H5T_NATIVE_DOUBLE, 1, C, 0, 0, m->x_um, path);
   if (st == SS_OK) st = nd(ctx, g, "y_um", H5T_NATIVE_DOUBLE, 1, C, 0, 0, m->y_um, path);
   if (st == SS_OK) st = nd(ctx, g, "adjacency", H5T_NATIVE_INT32, 2, m->n_edges, 2, 0, m->adjacency, path);
+  if (st == SS_OK) st = nd(ctx, g, "connected", H5T_NATIVE_INT32, 1, C, 0, 0, m->connected, path);
   H5Gclose(g);
   SS_TRY(st);
   SS_TRY(ss_results_group(ctx, f, "pca", path, &g));
@@ -89,6 +90,47 @@ static ss_status write_clusters(ss_ctx *ctx, hid_t f, const ss_model_file *m, co
   return st;
 }
 
+/* A scalar int64 attribute (counts that may pass 2^31). */
+static ss_status attr_i64(ss_ctx *ctx, hid_t obj, const char *name, int64_t value, const char *path) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  hid_t a = sp < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t w = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT64, &value);
+  if (a >= 0) H5Aclose(a);
+  if (sp >= 0) H5Sclose(sp);
+  if (w < 0) return ss_fail(ctx, SS_ERR_IO, "%s: attribute %s: cannot write", path, name);
+  return SS_OK;
+}
+
+static ss_status write_scale(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
+  SS_TRY(nd(ctx, f, "uv_per_step", H5T_NATIVE_DOUBLE, 1, m->n_channels, 0, 0, m->uv_per_step, path));
+  return ss_h5_attr_f64(ctx, f, "offset_uv", m->offset_uv, path);
+}
+
+static ss_status write_live(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
+  const ss_model_live *l = m->live;
+  const int64_t C = m->n_channels, P = m->n_pcs, D = C * P, K = l->k, M = l->n_ref;
+  hid_t g;
+  SS_TRY(ss_results_group(ctx, f, "live", path, &g));
+  ss_status st = nd(ctx, g, "sigma", H5T_NATIVE_FLOAT, 1, C, 0, 0, l->sigma, path);
+  if (st == SS_OK) st = nd(ctx, g, "weak", H5T_NATIVE_FLOAT, 1, C, 0, 0, l->weak, path);
+  if (st == SS_OK) st = nd(ctx, g, "strong", H5T_NATIVE_FLOAT, 1, C, 0, 0, l->strong, path);
+  if (st == SS_OK) st = nd(ctx, g, "pca_basis", H5T_NATIVE_FLOAT, 3, C, P, m->n_wave, l->pca_basis, path);
+  if (st == SS_OK) st = nd(ctx, g, "pca_eigenvalues", H5T_NATIVE_DOUBLE, 2, C, P, 0, l->pca_eigenvalues, path);
+  if (st == SS_OK) st = nd(ctx, g, "unit_id", H5T_NATIVE_INT32, 1, K, 0, 0, l->unit_id, path);
+  if (st == SS_OK) st = nd(ctx, g, "centroid", H5T_NATIVE_FLOAT, 2, K, D, 0, l->centroid, path);
+  if (st == SS_OK) st = nd(ctx, g, "mean_mask", H5T_NATIVE_FLOAT, 2, K, C, 0, l->mean_mask, path);
+  if (st == SS_OK) st = nd(ctx, g, "ref_features", H5T_NATIVE_FLOAT, 2, M, D, 0, l->ref_features, path);
+  if (st == SS_OK) st = nd(ctx, g, "ref_masks", H5T_NATIVE_FLOAT, 2, M, C, 0, l->ref_masks, path);
+  if (st == SS_OK) st = nd(ctx, g, "ref_labels", H5T_NATIVE_INT32, 1, M, 0, 0, l->ref_labels, path);
+  if (st == SS_OK) st = nd(ctx, g, "ref_times", H5T_NATIVE_INT64, 1, M, 0, 0, l->ref_times, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "time_offset_samples", l->time_offset_samples, path);
+  if (st == SS_OK) st = attr_i64(ctx, g, "n_matched", l->n_matched, path);
+  if (st == SS_OK) st = attr_i64(ctx, g, "n_causal", l->n_causal, path);
+  if (st == SS_OK) st = attr_i64(ctx, g, "stride", l->ref_stride, path);
+  H5Gclose(g);
+  return st;
+}
+
 ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m) {
   ss_h5_quiet();
   ss_atomic_file af;
@@ -101,6 +143,8 @@ ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m) 
   ss_status st = write_attrs(ctx, f, m, path);
   if (st == SS_OK) st = write_front(ctx, f, m, path);
   if (st == SS_OK) st = write_clusters(ctx, f, m, path);
+  if (st == SS_OK) st = write_scale(ctx, f, m, path);
+  if (st == SS_OK && m->live) st = write_live(ctx, f, m, path);
   if (st == SS_OK) st = ss_h5_dataset_str(ctx, f, "params", m->params_json ? m->params_json : "{}", path);
   if (H5Fclose(f) < 0 && st == SS_OK) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", path);
   if (st != SS_OK) {

@@ -13,7 +13,16 @@
  *   /knn        features [M × D] float32, masks [M × C] float32, labels [M] int32, time_samples [M]
  *               int64: the labelled reference set (every spike, or every `stride`-th when there are
  *               more than the cap); attribute stride
- *   /params     the parameter JSON used (string) */
+ *   /params     the parameter JSON used (string)
+ *   uv_per_step [C] float64 and attribute offset_uv: the recording's scale (µV = int16 × uv_per_step[c]
+ *               + offset_uv), so live mode can read raw int16 streams
+ *   /probe/connected [C] int32 (1 = used by detection)
+ *   /live       the causal twin for live mode (absent when sort.live_model = false or it failed):
+ *               sigma, weak, strong [C] float32; pca_basis [C × P × W] float32, pca_eigenvalues
+ *               [C × P] float64; unit_id [K] int32 (the offline ids); centroid [K × D] float32;
+ *               mean_mask [K × C] float32; ref_features [M × D], ref_masks [M × C] float32,
+ *               ref_labels [M] int32, ref_times [M] int64; attributes time_offset_samples (float64: median
+ *               causal − offline), n_matched, n_causal, stride (int64) */
 #ifndef SS_MODEL_H5_H
 #define SS_MODEL_H5_H
 
@@ -24,6 +33,22 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The causal twin (/live). */
+typedef struct {
+  const float *sigma, *weak, *strong;
+  const float *pca_basis;
+  const double *pca_eigenvalues;
+  int64_t k;
+  const int32_t *unit_id;
+  const float *centroid, *mean_mask;
+  int64_t n_ref, ref_stride;
+  const float *ref_features, *ref_masks;
+  const int32_t *ref_labels;
+  const int64_t *ref_times;
+  double time_offset_samples;
+  int64_t n_matched, n_causal;
+} ss_model_live;
 
 typedef struct {
   double sample_rate;
@@ -40,6 +65,10 @@ typedef struct {
   const double *x_um, *y_um;
   const int32_t *adjacency; /* [n_edges × 2] */
   int64_t n_edges;
+  const int32_t *connected; /* [C] */
+  /* recording scale */
+  const double *uv_per_step; /* [C] */
+  double offset_uv;
   /* PCA */
   const float *pca_basis;
   const double *pca_eigenvalues;
@@ -54,6 +83,7 @@ typedef struct {
   const int32_t *ref_labels;
   const int64_t *ref_times;
   const char *params_json;
+  const ss_model_live *live; /* NULL: no /live group */
 } ss_model_file;
 
 ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m);

@@ -29,12 +29,14 @@ typedef struct {
   struct {
     double chunk_s;
     double margin_ms;
+    double gpu_chunk_s; /* the CUDA front end's chunk (at most; less when device memory is short) */
   } io;
   struct {
     double low_hz;
     double high_nyquist_fraction;
     int64_t order;
     int common_reference; /* ss_common_ref */
+    int causal;           /* forward only (live mode's filter) instead of zero-phase */
   } filter;
   struct {
     int noise; /* ss_noise_mode */
@@ -88,6 +90,7 @@ typedef struct {
   } merge;
   struct {
     double penalty_k_log_n; /* replaces mask_em.penalty_k_log_n in `sort` only */
+    int live_model;         /* also fit the causal twin of the model (model.h5 /live) */
   } sort;
   struct {
     int64_t k;

@@ -31,6 +31,8 @@ const ss_param_spec ss_param_table[] = {
     INT("seed", seed, 1, 0, I64_MAX, "Seed of every random choice (counter-based generator)."),
 
     NUM("io.chunk_s", io.chunk_s, 1.0, 0, 3600, 1, 0, "Chunk length in seconds streamed through the pipeline."),
+    NUM("io.gpu_chunk_s", io.gpu_chunk_s, 10.0, 0, 3600, 1, 0,
+        "Chunk length in seconds on the CUDA front end (shortened when device memory is short)."),
     NUM("io.margin_ms", io.margin_ms, 25.0, 0, 10000, 0, 0,
         "Margin on each side of a chunk, so filtering and detection see no seams (Klusta: 15 ms; "
         "a 300 Hz band edge needs about 17 ms to settle)."),
@@ -42,6 +44,8 @@ const ss_param_spec ss_param_table[] = {
     INT("filter.order", filter.order, 3, 1, 8, "Butterworth order of each band edge."),
     ENUM("filter.common_reference", filter.common_reference, SS_CMR_NONE, cmr_opts,
          "Common reference subtracted across channels after filtering."),
+    BOOL("filter.causal", filter.causal, 0,
+         "Filter causally (live mode's filter) instead of zero-phase; sort uses it for the model's live twin."),
 
     ENUM("detect.noise", detect.noise, SS_NOISE_PER_CHANNEL, noise_opts,
          "Noise level per channel, or one pooled over all channels."),
@@ -112,6 +116,8 @@ const ss_param_spec ss_param_table[] = {
         "BIC-style penalty weight of masked EM in `sort` (replaces mask_em.penalty_k_log_n, which `cluster` "
         "keeps at KlustaKwik's 1): the spike detector's masks span many channels, and each unmasked "
         "channel adds covariance terms to a cluster's penalty (see docs/architecture.md)."),
+    BOOL("sort.live_model", sort.live_model, 1,
+         "Also fit the causal twin of the model for live mode (a second front-end pass)."),
 
     INT("knn.k", knn.k, 10, 1, 100000, "Neighbours per query."),
     ENUM("knn.strategy", knn.strategy, SS_KNN_AUTO, knn_strategy_opts,

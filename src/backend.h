@@ -17,6 +17,10 @@ extern "C" {
 
 typedef enum { SS_DEVICE_AUTO = 0, SS_DEVICE_CPU, SS_DEVICE_CUDA } ss_device_kind;
 
+/* A CUDA stream as C code sees it (cudaStream_t is `struct CUstream_st *`), so that device-resident
+ * stage entry points can be declared in the stage headers; NULL means the backend's own stream. */
+typedef struct CUstream_st *ss_stream;
+
 typedef struct {
   int index;
   char name[256];

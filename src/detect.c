@@ -283,19 +283,25 @@ static ss_status emit_spike(ss_ctx *ctx, const ss_detect_config *cfg, const ss_t
   return SS_OK;
 }
 
-ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss_detect_graph *g,
-                              const ss_thresholds *th, const ss_detect_block *blk, ss_detect_work *w,
-                              ss_spike_list *out) {
-  const int C = g->n_channels;
-  if (th->n_channels != C || out->n_channels != C)
-    return ss_fail(ctx, SS_ERR_INTERNAL, "detect: channel counts differ (graph %d, thresholds %d, table %d)", C,
-                   th->n_channels, out->n_channels);
-  if (out->keep_waveforms && out->n_wave != cfg->n_before + cfg->n_after)
+ss_status ss_detect_block_check(ss_ctx *ctx, const ss_detect_config *cfg, const ss_detect_graph *g,
+                                const ss_thresholds *th, const ss_detect_block *blk, const ss_spike_list *out) {
+  if (g && th && out && (th->n_channels != g->n_channels || out->n_channels != g->n_channels))
+    return ss_fail(ctx, SS_ERR_INTERNAL, "detect: channel counts differ (graph %d, thresholds %d, table %d)",
+                   g->n_channels, th->n_channels, out->n_channels);
+  if (out && out->keep_waveforms && out->n_wave != cfg->n_before + cfg->n_after)
     return ss_fail(ctx, SS_ERR_INTERNAL, "detect: waveform length %d, window %d", out->n_wave,
                    cfg->n_before + cfg->n_after);
   if (blk->search_begin < 0 || blk->search_end > blk->n_rows || blk->search_begin > blk->search_end)
     return ss_fail(ctx, SS_ERR_INTERNAL, "detect: search rows [%lld, %lld) outside the block of %lld rows",
                    (long long)blk->search_begin, (long long)blk->search_end, (long long)blk->n_rows);
+  return SS_OK;
+}
+
+ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss_detect_graph *g,
+                              const ss_thresholds *th, const ss_detect_block *blk, ss_detect_work *w,
+                              ss_spike_list *out) {
+  const int C = g->n_channels;
+  SS_TRY(ss_detect_block_check(ctx, cfg, g, th, blk, out));
   int32_t n = 0;
   SS_TRY(flood(ctx, cfg, g, th, blk, w, &n));
   if (n == 0) return SS_OK;
@@ -326,7 +332,12 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
 ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
                               const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
                               ss_detect_work *w, ss_spike_list *out) {
-  if (be && be->kind == SS_DEVICE_CUDA)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "detect: the CUDA detection is not implemented yet");
+  if (be && be->kind == SS_DEVICE_CUDA) {
+#if SS_HAVE_CUDA
+    return ss_detect_block_cuda(ctx, be, cfg, g, th, blk, out); /* the CPU scratch w is not needed */
+#else
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "detect: the CUDA detection is not available: built without CUDA");
+#endif
+  }
   return ss_detect_block_cpu(ctx, cfg, g, th, blk, w, out);
 }

@@ -14,7 +14,7 @@
  *    (Catmull–Rom) interpolation at the sub-sample time; samples outside the block read as 0.
  * Exactly once across chunks: a component belongs to the block region that holds its first sample
  * (the `own` rows); the driver gives each chunk margins wider than any component.
- * The CUDA twin comes later; the dispatching entry point takes the backend. */
+ * The CUDA twin (cuda/detect.cu) gives the same spikes; the dispatching entry point takes the backend. */
 #ifndef SS_DETECT_H
 #define SS_DETECT_H
 
@@ -104,6 +104,44 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
 
 /* Catmull–Rom cubic interpolation of column `c` of x at fractional row u (rows outside read 0). */
 float ss_detect_interp(const float *x, int64_t n_rows, int n_channels, int c, double u);
+
+/* The argument checks of ss_detect_block_cpu (channel counts, waveform length, search rows), shared
+ * with the CUDA paths so that both give the same messages; g, th and out may be NULL (not checked). */
+ss_status ss_detect_block_check(ss_ctx *ctx, const ss_detect_config *cfg, const ss_detect_graph *g,
+                                const ss_thresholds *th, const ss_detect_block *blk, const ss_spike_list *out);
+
+/* --- CUDA, device-resident (cuda/detect.cu; built only with SS_HAVE_CUDA) ------------------------
+ * Same spikes as ss_detect_block_cpu, in the same order: identical times, peak channels, amplitudes
+ * and masks, and waveforms from the same double-precision interpolation. */
+
+/* One block's spikes on the device, in the CPU's order (by first node); pointers valid until the next
+ * run on the same handle. n and n_truncated are host values. */
+typedef struct {
+  int64_t n, n_truncated;
+  int64_t *time_samples; /* device */
+  float *time_fraction;
+  int32_t *peak_channel;
+  float *amplitude;
+  float *masks;     /* [n × n_channels] */
+  float *waveforms; /* [n × n_channels × n_wave], channel-major inside a spike as the CPU */
+} ss_spike_dev;
+
+/* Device copies of the graph and thresholds, scratch and outputs. One per stream: handles share no
+ * device state, so several may run concurrently on different streams from one host thread. */
+typedef struct ss_detect_cuda ss_detect_cuda;
+ss_status ss_detect_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
+                              const ss_detect_graph *g, const ss_thresholds *th, ss_detect_cuda **out);
+/* blk->x is a DEVICE pointer; everything else as ss_detect_block_cpu. Runs on `stream` (NULL: the
+ * backend's); it synchronises that stream once (to learn the spike count) and grows its buffers as
+ * needed. The last kernels (statistics, waveforms) are still in flight on `stream` when it returns. */
+ss_status ss_detect_cuda_run(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, ss_stream stream,
+                             ss_spike_dev *out);
+void ss_detect_cuda_close(ss_detect_cuda *d);
+/* Host block in, host table out (what ss_detect_block_run does with a CUDA backend): uploads the
+ * block, runs a temporary handle on the backend's stream and appends the spikes to out. */
+ss_status ss_detect_block_cuda(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
+                               const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
+                               ss_spike_list *out);
 
 #ifdef __cplusplus
 }

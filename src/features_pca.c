@@ -184,8 +184,9 @@ done:
 
 ss_status ss_pca_fit(ss_ctx *ctx, const ss_backend *be, const float *waveforms, const float *masks, int64_t n,
                      int n_channels, int n_wave, int n_pcs, ss_pca *out) {
-  if (be && be->kind == SS_DEVICE_CUDA)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "features: the CUDA PCA is not implemented yet");
+  /* The basis is fitted on the CPU whatever the backend: it sees at most pca_max_spikes excerpt spikes
+   * once per recording (C small W × W eigenproblems), so a device twin would gain nothing. */
+  (void)be;
   return ss_pca_fit_cpu(ctx, waveforms, masks, n, n_channels, n_wave, n_pcs, out);
 }
 
@@ -207,7 +208,12 @@ ss_status ss_pca_project_cpu(ss_ctx *ctx, const ss_pca *pca, const float *wavefo
 
 ss_status ss_pca_project(ss_ctx *ctx, const ss_backend *be, const ss_pca *pca, const float *waveforms, int64_t n,
                          float *features) {
-  if (be && be->kind == SS_DEVICE_CUDA)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "features: the CUDA projection is not implemented yet");
+  if (be && be->kind == SS_DEVICE_CUDA) {
+#if SS_HAVE_CUDA
+    return ss_pca_project_cuda_host(ctx, be, pca, waveforms, n, features);
+#else
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "features: the CUDA projection is not available: built without CUDA");
+#endif
+  }
   return ss_pca_project_cpu(ctx, pca, waveforms, n, features);
 }

@@ -6,7 +6,8 @@
  * positive) form the channel's basis. Features are the projections of each channel's waveform on
  * its basis, uncentred as in Klusta, laid out [N × C·n_pcs] (channel-major: c·n_pcs + k).
  * The fitting spikes are at most features.pca_max_spikes chosen from the seed (SS_RNG_PCA_SUBSET).
- * The CUDA twin comes later; the dispatching entry points take the backend. (Named features_pca.h:
+ * The projection has a CUDA twin (cuda/features_pca.cu); the basis is always fitted on the CPU (from
+ * at most pca_max_spikes excerpt spikes). The dispatching entry points take the backend. (Named features_pca.h:
  * a src/features.h would shadow glibc's <features.h>, src/ being on the include path.) */
 #ifndef SS_FEATURES_H
 #define SS_FEATURES_H
@@ -49,6 +50,17 @@ ss_status ss_pca_project(ss_ctx *ctx, const ss_backend *be, const ss_pca *pca, c
  * rotations: eigenvalues descending in evals, eigenvector k in row k of evecs (unit length, largest-
  * magnitude entry positive). */
 ss_status ss_eigen_symmetric(ss_ctx *ctx, int n, double *a, double *evals, double *evecs);
+
+/* --- CUDA, device-resident (cuda/features_pca.cu; built only with SS_HAVE_CUDA) ----------------
+ * d_features[i][c·P + k] = <basis[c][k], d_waveforms[i][c]>; d_basis = the ss_pca basis copied to
+ * the device ([C][P][W] floats). One strided batched FP32 SGEMM over the channels on `stream` (NULL:
+ * the backend's); the backend's cuBLAS handle is pointed at `stream` before the call. Asynchronous. */
+ss_status ss_pca_project_cuda(ss_ctx *ctx, const ss_backend *be, int n_channels, int n_wave, int n_pcs,
+                              const float *d_basis, const float *d_waveforms, int64_t n, float *d_features,
+                              ss_stream stream);
+/* Host arrays in and out (what ss_pca_project does with a CUDA backend): upload, project, download. */
+ss_status ss_pca_project_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss_pca *pca, const float *waveforms,
+                                   int64_t n, float *features);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@
  * with state carried from chunk to chunk in live mode; and the optional common median reference.
  *
  * Data are float32, time-major: x[t * n_channels + c]. Arithmetic inside the sections is double.
- * The CUDA twins (cuda/filter.cu) come later; the dispatching entry points take the backend. */
+ * The CUDA twins (cuda/filter.cu) are declared at the end; the dispatching entry points take the
+ * backend (with a CUDA backend they upload, run the device-resident twin and download). */
 #ifndef SS_FILTER_H
 #define SS_FILTER_H
 
@@ -72,6 +73,34 @@ ss_status ss_filter_causal_cpu(ss_ctx *ctx, const ss_filter *f, ss_filter_state 
 ss_status ss_filter_common_median(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows, int n_channels,
                                   const int *use);
 ss_status ss_filter_common_median_cpu(ss_ctx *ctx, float *x, int64_t n_rows, int n_channels, const int *use);
+
+/* --- CUDA, device-resident (cuda/filter.cu; only in builds with CUDA) ---------------------------
+ * Device arrays of n_rows × n_channels floats, time-major; stream NULL = the backend's stream. All
+ * asynchronous on the stream (temporaries are stream-ordered allocations). The results equal the CPU
+ * functions' to float rounding: the same double operations in the same order (no FMA contraction). */
+
+/* Zero-phase filter (d_in may equal d_out: the forward pass goes to a device temporary). */
+ss_status ss_filter_zero_phase_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *d_in,
+                                    int64_t n_rows, int n_channels, float *d_out, ss_stream stream);
+/* Causal filtering of a whole block from the steady state of its first row (the chunk pass with
+ * filter.causal), blocked in time like the zero-phase passes; d_in != d_out. */
+ss_status ss_filter_forward_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *d_in,
+                                 int64_t n_rows, int n_channels, float *d_out, ss_stream stream);
+/* Common median reference in place; use is a HOST array (NULL = all channels). */
+ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend *be, float *d_x, int64_t n_rows,
+                                       int n_channels, const int *use, ss_stream stream);
+/* Causal filter (live mode): the state lives on the device, d_state: [n_sections][2][n_channels]
+ * doubles (the layout of ss_filter_state.z); *started as in ss_filter_state (host). */
+ss_status ss_filter_causal_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, double *d_state, int *started,
+                                const float *d_in, int64_t n_rows, int n_channels, float *d_out, ss_stream stream);
+/* The same three with HOST arrays (upload, run, download, synchronise): what the dispatchers above do
+ * with a CUDA backend. */
+ss_status ss_filter_zero_phase_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *in,
+                                         int64_t n_rows, int n_channels, float *out);
+ss_status ss_filter_causal_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st,
+                                     const float *in, int64_t n_rows, float *out);
+ss_status ss_filter_common_median_cuda_host(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows,
+                                            int n_channels, const int *use);
 
 #ifdef __cplusplus
 }

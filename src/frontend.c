@@ -2,6 +2,7 @@
  * chunk pass (filter, detect, extract, project), chunks in parallel, output sorted by time. It owns
  * the margin rule that makes the result independent of the chunk size (frontend.h). */
 #include "src/frontend.h"
+#include "src/frontend_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,8 +10,6 @@
 
 #include "src/log.h"
 
-/* Filter transients must decay below this fraction of the signal where detection looks. */
-#define SS_FE_SETTLE_FACTOR 1e-7
 /* How far past the chunk end a component may reach and still be seen whole, in ms. */
 #define SS_FE_COMPONENT_SLACK_MS 2.0
 /* Interpolation reads this many samples beyond the waveform window (Catmull–Rom support). */
@@ -43,17 +42,7 @@ int ss_frontend_margin(const ss_params *p, const ss_filter *f, const ss_detect_c
 
 /* --- shared state and per-chunk work ------------------------------------------------------------ */
 
-typedef struct {
-  const ss_params *p;
-  const ss_source_info *info;
-  int C;
-  int margin, search; /* search: rows past each chunk end where nodes are collected */
-  ss_filter filter;
-  ss_detect_config cfg;
-  ss_detect_graph graph;
-  ss_thresholds th;
-  const ss_pca *pca; /* NULL in pass 1 */
-} fe_state;
+typedef ss_fe_state fe_state;
 
 typedef struct {
   int16_t *raw;
@@ -103,8 +92,8 @@ static ss_status slot_load(ss_ctx *ctx, fe_slot *s, const ss_chunk *ch) {
   return SS_OK;
 }
 
-/* int16 → µV, zero-phase filter and common reference over the rows inside the recording; the rows
- * outside it stay 0. Leaves the filtered chunk in s->x. */
+/* int16 → µV, zero-phase (filter.causal: causal) filter and common reference over the rows inside
+ * the recording; the rows outside it stay 0. Leaves the filtered chunk in s->x. */
 static ss_status slot_filter(ss_ctx *ctx, const ss_backend *be, const fe_state *fs, fe_slot *s) {
   const int C = fs->C;
   int64_t rows = slot_rows(s), vb = s->left - s->left_valid, ve = s->left + s->n + s->right_valid;
@@ -115,7 +104,18 @@ static ss_status slot_filter(ss_ctx *ctx, const ss_backend *be, const fe_state *
   for (int64_t t = vb; t < ve; t++)
     for (int c = 0; c < C; c++) s->x[t * C + c] = (float)(s->raw[t * C + c] * scale[c] + fs->info->offset_uv);
   float *v = s->x + vb * C;
-  SS_TRY(ss_filter_zero_phase(ctx, be, &fs->filter, v, ve - vb, C, v));
+  if (fs->p->filter.causal) {
+    /* live mode's filter: forward only, from the steady state of the first valid row; chunks stay
+     * independent because the left margin is longer than the settling (the CPU routine: the sections
+     * carry state sample to sample) */
+    ss_filter_state fst;
+    SS_TRY(ss_filter_state_init(ctx, &fs->filter, C, &fst));
+    ss_status st = ss_filter_causal_cpu(ctx, &fs->filter, &fst, v, ve - vb, v);
+    ss_filter_state_free(&fst);
+    SS_TRY(st);
+  } else {
+    SS_TRY(ss_filter_zero_phase(ctx, be, &fs->filter, v, ve - vb, C, v));
+  }
   if (fs->p->filter.common_reference == SS_CMR_MEDIAN)
     SS_TRY(ss_filter_common_median(ctx, be, v, ve - vb, C, fs->graph.use));
   return SS_OK;
@@ -125,15 +125,10 @@ static ss_status slot_filter(ss_ctx *ctx, const ss_backend *be, const fe_state *
  * known, project them into s->features. */
 static ss_status slot_detect(ss_ctx *ctx, const ss_backend *be, const fe_state *fs, fe_slot *s) {
   ss_spike_list_clear(&s->spikes);
-  int64_t vb = s->left - s->left_valid, ve = s->left + s->n + s->right_valid;
-  int64_t sb = s->left - fs->search, se = s->left + s->n + fs->search;
-  ss_detect_block blk = {.x = s->x,
-                         .n_rows = slot_rows(s),
-                         .row0_sample = s->start - s->left,
-                         .search_begin = sb > vb ? sb : vb,
-                         .search_end = se < ve ? se : ve,
-                         .own_begin = s->left,
-                         .own_end = s->left + s->n};
+  ss_detect_block blk;
+  ss_fe_detect_regions(fs, s->left, s->n, s->right, s->left_valid, s->right_valid, &blk);
+  blk.x = s->x;
+  blk.row0_sample = s->start - s->left;
   SS_TRY(ss_detect_block_run(ctx, be, &fs->cfg, &fs->graph, &fs->th, &blk, &s->work, &s->spikes));
   if (!fs->pca) return SS_OK;
   size_t count = (size_t)s->spikes.n * fs->C * fs->pca->n_pcs;
@@ -263,20 +258,29 @@ static ss_status excerpts_pca(ss_ctx *ctx, const ss_backend *be, fe_state *fs, e
 
 /* --- pass 2: chunks ---------------------------------------------------------------------------- */
 
-typedef struct {
-  ss_spike_list list; /* no waveforms */
-  float *features;
-  size_t feat_cap;
-} accum;
+typedef ss_fe_accum accum;
 
-static ss_status accum_append(ss_ctx *ctx, accum *a, const fe_slot *s, int n_feat) {
-  size_t need = (size_t)(a->list.n + s->spikes.n) * n_feat;
+ss_status ss_fe_accum_append(ss_ctx *ctx, ss_fe_accum *a, const ss_spike_list *spikes, const float *features,
+                             int n_feat) {
+  size_t need = (size_t)(a->list.n + spikes->n) * n_feat;
   SS_TRY(reserve(ctx, (void **)&a->features, &a->feat_cap, need ? need : 1, sizeof(float), "features"));
-  memcpy(a->features + (size_t)a->list.n * n_feat, s->features, (size_t)s->spikes.n * n_feat * sizeof(float));
+  memcpy(a->features + (size_t)a->list.n * n_feat, features, (size_t)spikes->n * n_feat * sizeof(float));
   /* the list append copies everything but waveforms (a->list keeps none) */
-  ss_spike_list view = s->spikes;
+  ss_spike_list view = *spikes;
   view.keep_waveforms = 0;
   return ss_spike_list_append(ctx, &a->list, &view);
+}
+
+void ss_fe_detect_regions(const ss_fe_state *fs, int64_t left, int64_t n, int64_t right, int64_t left_valid,
+                          int64_t right_valid, ss_detect_block *blk) {
+  int64_t vb = left - left_valid, ve = left + n + right_valid;
+  int64_t sb = left - fs->search, se = left + n + fs->search;
+  memset(blk, 0, sizeof(*blk));
+  blk->n_rows = left + n + right;
+  blk->search_begin = sb > vb ? sb : vb;
+  blk->search_end = se < ve ? se : ve;
+  blk->own_begin = left;
+  blk->own_end = left + n;
 }
 
 static ss_status run_chunks(ss_ctx *ctx, const ss_backend *be, fe_state *fs, ss_source *src, int64_t chunk,
@@ -307,7 +311,7 @@ static ss_status run_chunks(ss_ctx *ctx, const ss_backend *be, fe_state *fs, ss_
     }
     st = slots_status(ctx, slots, m);
     for (int j = 0; j < m && st == SS_OK; j++) {
-      st = accum_append(ctx, acc, &slots[j], F);
+      st = ss_fe_accum_append(ctx, acc, &slots[j].spikes, slots[j].features, F);
       model->n_truncated += slots[j].spikes.n_truncated;
     }
     ss_progress_update(&prog, (double)(slots[m - 1].start + slots[m - 1].n) / fs->info->rate_hz);
@@ -403,15 +407,26 @@ ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
   accum acc = {0};
   ss_spike_list_init(ctx, &acc.list, fs.C, fs.cfg.n_before + fs.cfg.n_after, 0);
   double t0 = ss_now();
-  if (st == SS_OK) st = excerpts_read_filter(ctx, be, &fs, src, &ex, &model->n_excerpts);
-  if (st == SS_OK) st = excerpts_thresholds(ctx, be, &fs, &ex);
-  if (st == SS_OK) st = excerpts_pca(ctx, be, &fs, &ex, &model->pca, &model->n_excerpt_spikes);
+  /* pass 1 (the excerpts: seconds of data, many small pieces) runs on CPU threads on every backend */
+  ss_backend host = {.kind = SS_DEVICE_CPU, .n_threads = n_threads_of(be)};
+  if (st == SS_OK) st = excerpts_read_filter(ctx, &host, &fs, src, &ex, &model->n_excerpts);
+  if (st == SS_OK) st = excerpts_thresholds(ctx, &host, &fs, &ex);
+  if (st == SS_OK) st = excerpts_pca(ctx, &host, &fs, &ex, &model->pca, &model->n_excerpt_spikes);
   excerpts_free(&ex);
   double t1 = ss_now();
   fs.pca = &model->pca;
   int64_t chunk = st == SS_OK ? llround(p->io.chunk_s * fs.info->rate_hz) : 0;
   if (chunk < 1) chunk = 1;
-  if (st == SS_OK) st = run_chunks(ctx, be, &fs, src, chunk, &acc, model);
+  model->chunk_samples = chunk;
+  if (st == SS_OK && be && be->kind == SS_DEVICE_CUDA) {
+#if SS_HAVE_CUDA
+    st = ss_frontend_chunks_cuda(ctx, be, &fs, src, &acc, model);
+#else
+    st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "front end: this build has no CUDA backend");
+#endif
+  } else if (st == SS_OK) {
+    st = run_chunks(ctx, be, &fs, src, chunk, &acc, model);
+  }
   if (st == SS_OK) st = build_output(ctx, &fs, &acc, out);
   model->seconds_threshold = t1 - t0;
   model->seconds_detect = ss_now() - t1;
@@ -419,7 +434,6 @@ ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
   model->thresholds = fs.th;
   model->detect = fs.cfg;
   model->margin = fs.margin;
-  model->chunk_samples = chunk;
   if (model->n_truncated > 0)
     ss_log_warn(ctx, "detect: %lld spikes reached the end of the chunk margin; raise io.margin_ms for exact "
                      "chunk-size independence", (long long)model->n_truncated);

@@ -59,6 +59,17 @@ typedef struct {
   int64_t n_truncated;      /* spikes whose component reached the end of the accurate margin */
   double seconds_threshold; /* wall time of pass 1 */
   double seconds_detect;    /* wall time of pass 2 */
+  /* pass 2 on the GPU: busy time of each stage, summed over chunks (they overlap, so the sum of
+   * these exceeds seconds_detect); 0 on the CPU */
+  struct {
+    double read_s;     /* reader thread: source chunk + copy into pinned memory */
+    double upload_s;   /* host → device copy of the raw chunk */
+    double filter_s;   /* int16 → µV, zero-phase filter, common reference */
+    double detect_s;   /* flood fill, alignment, masks, waveforms */
+    double project_s;  /* PCA projection */
+    double download_s; /* spike table and features back to the host, appended */
+    double wait_s;     /* main thread waiting for the reader */
+  } gpu;
 } ss_frontend_model;
 
 void ss_frontend_model_free(ss_frontend_model *m);

@@ -161,12 +161,12 @@ static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
   double t0 = ss_now();
-  /* The front end has no CUDA twin yet (issue 7): it runs on CPU threads whatever the backend. */
-  ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
-  ss_backend cpu = *be; /* the same threads, without the CUDA state the CPU stages must not see */
-  cpu.kind = SS_DEVICE_CPU;
-  cpu.cuda = NULL;
-  SS_TRY(ss_frontend_run(ctx, &cpu, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  if (be->kind == SS_DEVICE_CUDA)
+    ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features",
+                be->gpu.name, be->n_threads);
+  else
+    ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
+  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
   double t1 = ss_now();
   sum->t_frontend_s = t1 - t0;
   sum->n_spikes = s->spikes.n;
@@ -180,6 +180,11 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, s->k, s->o->params.merge.refractory_ms,
                                   &s->stats));
   sum->t_merge_s = ss_now() - t2;
+  if (s->o->params.sort.live_model) {
+    double t3 = ss_now();
+    ss_sort_live_twin(ctx, be, src, s); /* a front-end pass: counted with the front end */
+    sum->t_frontend_s += ss_now() - t3;
+  }
   sum->n_clusters_raw = s->k_raw;
   sum->n_clusters = s->k;
   sum->n_merges = s->merged ? s->merge.n_merges : 0;
@@ -193,6 +198,8 @@ static void state_free(ss_sort_state *s) {
   free(s->labels);
   ss_merge_result_free(&s->merge);
   ss_cluster_stats_free(&s->stats);
+  ss_frontend_model_free(&s->live_fe);
+  ss_live_twin_free(&s->live);
 }
 
 /* Hand the labels to the summary (they outlive the state). */

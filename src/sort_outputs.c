@@ -15,12 +15,17 @@
 #include "io/phy.h"
 #include "io/results_h5.h"
 #include "io/h5_util.h"
+#include "src/log.h"
 #include "src/sort_internal.h"
 
 /* phy's feature view: each spike's PCs on its template's strongest channels. */
 #define SS_SORT_PHY_FEATURE_CHANNELS 8
 /* model.h5's KNN reference set holds at most this many spikes (every stride-th beyond). */
 #define SS_SORT_MODEL_KNN_MAX 200000
+/* Causal and zero-phase sub-sample times of one spike differ by up to about 1.5 samples around their
+ * median offset (the filters shape the trough differently): matching allows this much beyond
+ * detect.join_size, in samples. */
+#define SS_SORT_LIVE_MATCH_SLACK 1
 
 /* --- statistics -------------------------------------------------------------------------------- */
 
@@ -423,11 +428,62 @@ static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
   return st;
 }
 
+/* --- the causal twin (model.h5 /live) ---------------------------------------------------------- */
+
+static ss_live_spike_times spike_times_of(const ss_spikes *sp) {
+  return (ss_live_spike_times){sp->n, sp->time_samples, sp->time_fraction, sp->peak_channel};
+}
+
+static ss_status fit_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  ss_params causal = s->o->params;
+  causal.filter.causal = 1;
+  ss_spikes cs;
+  SS_TRY(ss_frontend_run(ctx, be, &causal, src, s->probe, &cs, &s->live_fe));
+  ss_detect_graph g;
+  ss_status st = ss_detect_graph_from_probe(ctx, s->probe, s->spikes.n_channels, &g);
+  if (st == SS_OK) {
+    const ss_detect_config *cfg = &s->fe.detect;
+    ss_live_twin_input in = {.offline = spike_times_of(&s->spikes),
+                             .offline_labels = s->labels,
+                             .causal = spike_times_of(&cs),
+                             .causal_features = cs.features,
+                             .causal_masks = cs.masks,
+                             .n_channels = cs.n_channels,
+                             .n_pcs = cs.n_pcs,
+                             .graph = &g,
+                             .max_lag = cfg->n_before + cfg->n_after,
+                             .tolerance = cfg->join_size + SS_SORT_LIVE_MATCH_SLACK,
+                             .ref_cap = SS_SORT_MODEL_KNN_MAX};
+    st = ss_live_twin_build(ctx, &in, &s->live);
+    ss_detect_graph_free(&g);
+  }
+  ss_spikes_free(&cs);
+  return st;
+}
+
+void ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  ss_log_info(ctx, "sort: live twin: front end again with the causal filter (sort.live_model)");
+  ss_ctx tctx = *ctx; /* a failure here is a warning, not the sort's error */
+  ss_ctx_clear(&tctx);
+  if (fit_live_twin(&tctx, be, src, s) != SS_OK) {
+    ss_log_warn(ctx, "sort: live twin failed, model.h5 is written without /live (live mode will refuse it): %s",
+                ss_error_message(&tctx));
+    ss_frontend_model_free(&s->live_fe);
+    ss_live_twin_free(&s->live);
+    return;
+  }
+  const ss_live_twin *t = &s->live;
+  ss_log_info(ctx, "live twin: %" PRId64 " causal spikes, %" PRId64 " matched to units (%.1f %%), offset %.2f samples",
+              t->n_causal, t->n_matched, t->n_causal > 0 ? 100.0 * (double)t->n_matched / (double)t->n_causal : 0.0,
+              t->offset);
+  s->has_live = 1;
+}
+
 /* --- model.h5 ---------------------------------------------------------------------------------- */
 
 typedef struct {
   double *sos, *x, *y;
-  int32_t *adj;
+  int32_t *adj, *conn;
   float *ref_feat, *ref_mask;
   int32_t *ref_lab, *ids;
   int64_t *ref_t;
@@ -438,6 +494,7 @@ static void model_buffers_free(model_buffers *b) {
   free(b->x);
   free(b->y);
   free(b->adj);
+  free(b->conn);
   free(b->ref_feat);
   free(b->ref_mask);
   free(b->ref_lab);
@@ -448,12 +505,14 @@ static void model_buffers_free(model_buffers *b) {
 static ss_status model_probe(ss_ctx *ctx, const ss_probe *pr, int C, model_buffers *b, int64_t *n_edges) {
   SS_TRY(SS_CALLOC(ctx, b->x, (size_t)C, "model probe"));
   SS_TRY(SS_CALLOC(ctx, b->y, (size_t)C, "model probe"));
+  SS_TRY(SS_CALLOC(ctx, b->conn, (size_t)C, "model probe"));
   SS_TRY(SS_ALLOC(ctx, b->adj, (size_t)(pr->adj_start[pr->n] > 0 ? pr->adj_start[pr->n] : 1) * 2, "model adjacency"));
   int64_t e = 0;
   for (int i = 0; i < pr->n; i++) {
     if (pr->channel[i] < 0 || pr->channel[i] >= C) continue;
     b->x[pr->channel[i]] = pr->x[i];
     b->y[pr->channel[i]] = pr->y[i];
+    b->conn[pr->channel[i]] = pr->connected[i] != 0;
     for (int q = pr->adj_start[i]; q < pr->adj_start[i + 1]; q++) {
       int a = pr->channel[i], c = pr->channel[pr->adj[q]];
       if (c < 0 || a >= c) continue; /* each edge once, a < b */
@@ -529,6 +588,9 @@ static ss_status write_model(ss_ctx *ctx, const ss_sort_state *s) {
                       .y_um = b.y,
                       .adjacency = b.adj,
                       .n_edges = n_edges,
+                      .connected = b.conn,
+                      .uv_per_step = s->info->uv_per_step,
+                      .offset_uv = s->info->offset_uv,
                       .pca_basis = fe->pca.basis,
                       .pca_eigenvalues = fe->pca.eigenvalues,
                       .k = c->k,
@@ -545,6 +607,26 @@ static ss_status write_model(ss_ctx *ctx, const ss_sort_state *s) {
                       .ref_labels = b.ref_lab,
                       .ref_times = b.ref_t,
                       .params_json = json};
+  const ss_live_twin *t = &s->live;
+  ss_model_live live = {.sigma = s->live_fe.thresholds.sigma,
+                        .weak = s->live_fe.thresholds.weak,
+                        .strong = s->live_fe.thresholds.strong,
+                        .pca_basis = s->live_fe.pca.basis,
+                        .pca_eigenvalues = s->live_fe.pca.eigenvalues,
+                        .k = t->k,
+                        .unit_id = t->unit_id,
+                        .centroid = t->centroid,
+                        .mean_mask = t->mean_mask,
+                        .n_ref = t->n_ref,
+                        .ref_stride = t->ref_stride,
+                        .ref_features = t->ref_features,
+                        .ref_masks = t->ref_masks,
+                        .ref_labels = t->ref_labels,
+                        .ref_times = t->ref_times,
+                        .time_offset_samples = t->offset,
+                        .n_matched = t->n_matched,
+                        .n_causal = t->n_causal};
+  if (s->has_live) mf.live = &live;
   if (st == SS_OK) st = ss_model_write(ctx, path, &mf);
   free(json);
   model_buffers_free(&b);

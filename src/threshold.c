@@ -145,8 +145,9 @@ done:
   return st;
 }
 
-ss_status ss_threshold_compute_cpu(ss_ctx *ctx, const ss_params *p, const ss_sample_block *blocks, int n_blocks,
-                                   int n_channels, const int *use, int n_threads, ss_thresholds *out) {
+ss_status ss_threshold_compute_with(ss_ctx *ctx, const ss_params *p, const ss_sample_block *blocks, int n_blocks,
+                                    int n_channels, const int *use, ss_threshold_medians_fn medians, void *arg,
+                                    ss_thresholds *out) {
   int64_t rows = 0;
   for (int b = 0; b < n_blocks; b++) rows += blocks[b].n_rows;
   if (rows <= 0) return ss_fail(ctx, SS_ERR_INPUT, "threshold: no samples to estimate the noise level from");
@@ -166,7 +167,7 @@ ss_status ss_threshold_compute_cpu(ss_ctx *ctx, const ss_params *p, const ss_sam
     group[c] = (use && !use[c]) ? -1 : (pooled ? 0 : c);
     if (group[c] >= 0) count[group[c]] += rows;
   }
-  if ((st = group_medians(ctx, blocks, n_blocks, n_channels, group, G, count, n_threads, med)) != SS_OK) goto done;
+  if ((st = medians(ctx, arg, blocks, n_blocks, n_channels, group, G, count, med)) != SS_OK) goto done;
   for (int c = 0; c < n_channels; c++) {
     if (group[c] < 0) continue;
     sigma[c] = (float)(med[group[c]] / SS_MAD_TO_SIGMA);
@@ -182,10 +183,26 @@ done:
   return st;
 }
 
+/* group_medians as an ss_threshold_medians_fn; arg: the thread count */
+static ss_status cpu_medians(ss_ctx *ctx, void *arg, const ss_sample_block *blocks, int n_blocks, int n_channels,
+                             const int *group, int G, const int64_t *count, float *median) {
+  return group_medians(ctx, blocks, n_blocks, n_channels, group, G, count, *(const int *)arg, median);
+}
+
+ss_status ss_threshold_compute_cpu(ss_ctx *ctx, const ss_params *p, const ss_sample_block *blocks, int n_blocks,
+                                   int n_channels, const int *use, int n_threads, ss_thresholds *out) {
+  return ss_threshold_compute_with(ctx, p, blocks, n_blocks, n_channels, use, cpu_medians, &n_threads, out);
+}
+
 ss_status ss_threshold_compute(ss_ctx *ctx, const ss_backend *be, const ss_params *p, const ss_sample_block *blocks,
                                int n_blocks, int n_channels, const int *use, ss_thresholds *out) {
-  if (be && be->kind == SS_DEVICE_CUDA)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "threshold: the CUDA noise estimate is not implemented yet");
+  if (be && be->kind == SS_DEVICE_CUDA) {
+#if SS_HAVE_CUDA
+    return ss_threshold_compute_cuda_host(ctx, be, p, blocks, n_blocks, n_channels, use, out);
+#else
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "threshold: the CUDA noise estimate is not available: built without CUDA");
+#endif
+  }
   return ss_threshold_compute_cpu(ctx, p, blocks, n_blocks, n_channels, use, be ? be->n_threads : 1, out);
 }
 

@@ -1,7 +1,8 @@
 /* threshold.h — the noise level and detection thresholds: σ = median(|x|)/0.6745 of the filtered
  * signal per channel (or pooled over channels) from excerpts spread evenly over the recording;
  * weak = detect.weak_std·σ, strong = detect.strong_std·σ; the polarity decides which sign counts.
- * The CUDA twin comes later; the dispatching entry point takes the backend. */
+ * The CUDA twin (cuda/threshold.cu) is declared at the end; the dispatching entry point takes the
+ * backend. */
 #ifndef SS_THRESHOLD_H
 #define SS_THRESHOLD_H
 
@@ -54,6 +55,30 @@ ss_status ss_threshold_compute_cpu(ss_ctx *ctx, const ss_params *p, const ss_sam
 ss_status ss_thresholds_from_sigma(ss_ctx *ctx, const ss_params *p, int n_channels, const float *sigma,
                                    ss_thresholds *out);
 void ss_thresholds_free(ss_thresholds *t);
+
+/* The backend-independent frame of ss_threshold_compute_*: checks the input (the same messages on
+ * every backend), forms the noise groups (group[c]: one per channel, or 0 for all when pooled; −1 for
+ * a dead channel; count[g] samples each), asks `medians` for median(|x|) of each of the G groups and
+ * turns them into noise levels and thresholds. */
+typedef ss_status (*ss_threshold_medians_fn)(ss_ctx *ctx, void *arg, const ss_sample_block *blocks, int n_blocks,
+                                             int n_channels, const int *group, int G, const int64_t *count,
+                                             float *median);
+ss_status ss_threshold_compute_with(ss_ctx *ctx, const ss_params *p, const ss_sample_block *blocks, int n_blocks,
+                                    int n_channels, const int *use, ss_threshold_medians_fn medians, void *arg,
+                                    ss_thresholds *out);
+
+/* --- CUDA, device-resident (cuda/threshold.cu; only in builds with CUDA) -------------------------
+ * As ss_threshold_compute_cpu, but blocks[i].x are DEVICE pointers; out's arrays are host. The
+ * medians are exact order statistics found by radix selection on the device, so σ is bit-identical
+ * to the CPU's on the same samples. Runs on the backend's stream and synchronises it. */
+ss_status ss_threshold_compute_cuda(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
+                                    const ss_sample_block *blocks, int n_blocks, int n_channels, const int *use,
+                                    ss_thresholds *out);
+/* The same with HOST blocks (uploaded to the device first): what ss_threshold_compute does with a CUDA
+ * backend. */
+ss_status ss_threshold_compute_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
+                                         const ss_sample_block *blocks, int n_blocks, int n_channels, const int *use,
+                                         ss_thresholds *out);
 
 #ifdef __cplusplus
 }
