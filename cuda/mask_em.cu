@@ -562,6 +562,40 @@ __global__ void __launch_bounds__(SPARSE_THREADS)
   }
 }
 
+/* The block part with B_c⁻¹, the position table and the point's entries read from global memory
+ * (through the caches): the fallback when neither shared-memory kernel fits a block (very large D,
+ * e.g. 384 channels × 3 PCs). One thread per point, cluster blockIdx.y; the terms of sparse_quad in
+ * its order (entries x in feature order, each t_x summed over the entries y before it, increasing). */
+__global__ void k_quad_global(const double *X, const uint32_t *pm, const int32_t *perm, int64_t r0, int64_t rows,
+                              int64_t d, const int8_t *alive, const int32_t *n_u, const double *tri,
+                              const int16_t *posg, double *C) {
+  const int64_t c = blockIdx.y, pl = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (c == 0 || !alive[c] || n_u[c] == 0 || pl >= rows) return;
+  const int64_t j = perm ? perm[r0 + pl] : r0 + pl, nw = words(d);
+  const double *x = X + j * 4 * d + 2 * d, *B = tri + c * tri_size(d);
+  const int16_t *pos = posg + c * d;
+  const uint32_t *bits = pm + j * nw;
+  double acc = 0.0;
+  for (int64_t w = 0; w < nw; w++) {
+    for (uint32_t bx = bits[w]; bx; bx &= bx - 1) {
+      const int fx = (int)(w * 32 + __ffs(bx) - 1), q = pos[fx];
+      if (q < 0) continue;
+      const double r = x[fx];
+      const int64_t row = (int64_t)q * (q + 1) / 2;
+      double t = 0.5 * B[row + q] * r;
+      for (int64_t v = 0; v <= w; v++) {
+        uint32_t by = v < w ? bits[v] : bits[v] & ((1u << (fx & 31)) - 1u); /* the entries before x */
+        for (; by; by &= by - 1) {
+          const int fy = (int)(v * 32 + __ffs(by) - 1), qy = pos[fy];
+          if (qy >= 0) t += B[row + qy] * x[fy];
+        }
+      }
+      acc += 2.0 * r * t;
+    }
+  }
+  C[c * rows + (j - r0)] += acc;
+}
+
 __global__ void k_select(const double *C, int64_t r0, int64_t rows, int64_t k, const int8_t *alive, const double *base,
                          const double *weight, int32_t *best, int32_t *second, double *cost1, double *cost2) {
   int64_t pl = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -771,6 +805,7 @@ struct prob {
    * largest unmasked count of a point (the data's, also a bound for gathered sub-problems) */
   int64_t q_threads = 0, e_cap = 0;
   size_t q_smem = 0;
+  bool q_global = false; /* neither shared-memory kernel fits: k_quad_global */
   item *items = nullptr;
   double *part_stat = nullptr, *part_block = nullptr;
   int64_t item_cap = 0;
@@ -1011,10 +1046,16 @@ ss_status mstep(ss_ctx *ctx, prob &p) {
  * large D), q_threads stays 0 and the warp-union kernel k_quad runs instead. */
 ss_status quad_plan(ss_ctx *ctx, prob &p, int64_t e_cap) {
   p.e_cap = e_cap, p.q_threads = 0, p.q_smem = 0;
-  if (p.d > INT16_MAX) return SS_OK; /* features are int16 in shared memory */
   int dev = 0, optin = 0;
   SS_CUDA_TRY(ctx, cudaGetDevice(&dev));
   SS_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  const int forced = p.o ? p.o->gpu_block_kernel : SS_EM_BLOCK_AUTO;
+  p.q_global = quad_smem_bytes(p.d) > (size_t)optin || forced == SS_EM_BLOCK_GLOBAL;
+  if (p.q_global && p.d > INT16_MAX)
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "masked EM (cuda): %lld features: the GPU block part takes at most %d",
+                   (long long)p.d, INT16_MAX);
+  if (p.d > INT16_MAX || forced == SS_EM_BLOCK_GLOBAL || forced == SS_EM_BLOCK_UNION)
+    return SS_OK; /* features are int16 in shared memory */
   int64_t t = SPARSE_THREADS;
   while (t > SPARSE_MIN_THREADS && sparse_smem_bytes(t, e_cap, p.d) > SPARSE_SMEM_TARGET) t /= 2;
   size_t bytes = sparse_smem_bytes(t, e_cap, p.d);
@@ -1060,6 +1101,9 @@ ss_status estep(ss_ctx *ctx, prob &p) {
     mark(p);
     if (p.q_threads > 0) {
       launch_sparse(p, perm, r0, rows);
+    } else if (p.q_global) {
+      dim3 g(blocks(rows, PT_THREADS), (unsigned)k);
+      k_quad_global<<<g, PT_THREADS, 0, s>>>(p.X, p.pm, perm, r0, rows, d, p.alive, p.n_u, p.tri, p.posg, p.C);
     } else {
       dim3 g(blocks(rows, QUAD_THREADS), (unsigned)k);
       k_quad<<<g, QUAD_THREADS, quad_smem, s>>>(p.X, p.pm, perm, r0, rows, d, p.alive, p.n_u, p.u_bits, p.binv, p.C);
@@ -1247,10 +1291,10 @@ ss_status main_init(ss_ctx *ctx, prob &p, const ss_backend *be, const ss_mask_em
   p.X = dd.X, p.kp = dd.kp, p.nu = dd.nu, p.s2 = dd.s2, p.pm = dd.pm;
   p.has_noise = 1;
   p.log_n = log((double)dd.n);
-  size_t qs = quad_smem_bytes(dd.d);
-  if (qs > DEFAULT_SMEM_LIMIT)
-    SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_quad, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qs));
   SS_TRY(quad_plan(ctx, p, dd.max_nnz));
+  size_t qs = quad_smem_bytes(dd.d);
+  if (qs > DEFAULT_SMEM_LIMIT && !p.q_global)
+    SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_quad, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)qs));
   if (labels)
     SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.labels, labels, sizeof(int32_t) * (size_t)dd.n, cudaMemcpyHostToDevice, p.s));
   return SS_OK;

@@ -119,32 +119,65 @@ ss_status ss_kk_read_features(ss_ctx *ctx, const char *fet_path, const char *fma
   return SS_OK;
 }
 
-static ss_status write_table(ss_ctx *ctx, const char *path, const ss_matrix *m, const char *format) {
-  ss_atomic_file af;
-  SS_TRY(ss_atomic_begin(ctx, &af, path, 1));
-  fprintf(af.f, "%" PRId64 "\n", m->cols);
-  for (int64_t r = 0; r < m->rows && !ferror(af.f); r++) {
-    for (int64_t c = 0; c < m->cols; c++) {
-      if (c) fputc(' ', af.f);
-      /* most masks are exactly 0 or 1: skip the (slow) float formatting for them; same text */
-      float v = m->data[r * m->cols + c];
-      if (v == 0.0f && !signbit(v)) fputc('0', af.f);
-      else if (v == 1.0f) fputc('1', af.f);
-      else fprintf(af.f, format, (double)v);
-    }
-    fputc('\n', af.f);
+/* Rows are formatted in blocks, in parallel, then written in order: the text is the same for any
+ * thread count. A block holds about this many bytes of text. */
+#define KK_BLOCK_BYTES (8u << 20)
+#define KK_NUMBER_CHARS 24 /* the longest "%.9g" of a float: sign, 9 digits, point, "e-45" */
+
+/* One row as text with its newline; returns its length. */
+static size_t format_row(char *out, const float *v, int64_t cols, const char *format) {
+  char *p = out;
+  for (int64_t c = 0; c < cols; c++) {
+    if (c) *p++ = ' ';
+    /* most masks are exactly 0 or 1: skip the (slow) float formatting for them; same text */
+    if (v[c] == 0.0f && !signbit(v[c])) *p++ = '0';
+    else if (v[c] == 1.0f) *p++ = '1';
+    else p += snprintf(p, KK_NUMBER_CHARS + 1, format, (double)v[c]);
   }
+  *p++ = '\n';
+  return (size_t)(p - out);
+}
+
+static ss_status write_table(ss_ctx *ctx, const char *path, const ss_matrix *m, const char *format, int n_threads) {
+  const size_t row_cap = (size_t)m->cols * (KK_NUMBER_CHARS + 1) + 2;
+  int64_t block = (int64_t)(KK_BLOCK_BYTES / row_cap);
+  if (block < 1) block = 1;
+  char *buf = NULL;
+  size_t *len = NULL;
+  SS_TRY(SS_ALLOC(ctx, buf, (size_t)block * row_cap, "text rows"));
+  ss_status st = SS_ALLOC(ctx, len, (size_t)block, "text rows");
+  ss_atomic_file af;
+  if (st == SS_OK) st = ss_atomic_begin(ctx, &af, path, 1);
+  if (st != SS_OK) {
+    free(buf);
+    free(len);
+    return st;
+  }
+  fprintf(af.f, "%" PRId64 "\n", m->cols);
+  for (int64_t r0 = 0; r0 < m->rows && !ferror(af.f); r0 += block) {
+    int64_t nb = m->rows - r0 < block ? m->rows - r0 : block;
+#pragma omp parallel for num_threads(n_threads > 0 ? n_threads : 1) schedule(static)
+    for (int64_t i = 0; i < nb; i++) len[i] = format_row(buf + i * row_cap, m->data + (r0 + i) * m->cols, m->cols, format);
+    for (int64_t i = 0; i < nb; i++) fwrite(buf + i * row_cap, 1, len[i], af.f);
+  }
+  free(buf);
+  free(len);
   return ss_atomic_commit(ctx, &af);
+}
+
+ss_status ss_kk_write_features_threads(ss_ctx *ctx, const char *fet_path, const char *fmask_path,
+                                       const ss_matrix *features, const ss_matrix *masks, int n_threads) {
+  if (fmask_path && (!masks || masks->rows != features->rows || masks->cols != features->cols))
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: masks must have the shape of the features (%" PRId64 " x %" PRId64 ")",
+                   fmask_path, features->rows, features->cols);
+  SS_TRY(write_table(ctx, fet_path, features, KK_FEATURE_FORMAT, n_threads));
+  if (fmask_path) SS_TRY(write_table(ctx, fmask_path, masks, KK_MASK_FORMAT, n_threads));
+  return SS_OK;
 }
 
 ss_status ss_kk_write_features(ss_ctx *ctx, const char *fet_path, const char *fmask_path, const ss_matrix *features,
                                const ss_matrix *masks) {
-  if (fmask_path && (!masks || masks->rows != features->rows || masks->cols != features->cols))
-    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: masks must have the shape of the features (%" PRId64 " x %" PRId64 ")",
-                   fmask_path, features->rows, features->cols);
-  SS_TRY(write_table(ctx, fet_path, features, KK_FEATURE_FORMAT));
-  if (fmask_path) SS_TRY(write_table(ctx, fmask_path, masks, KK_MASK_FORMAT));
-  return SS_OK;
+  return ss_kk_write_features_threads(ctx, fet_path, fmask_path, features, masks, 1);
 }
 
 ss_status ss_kk_read_clu(ss_ctx *ctx, const char *path, int64_t *n, int32_t **labels, int64_t *n_clusters) {

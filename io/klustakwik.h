@@ -21,6 +21,9 @@ ss_status ss_kk_read_features(ss_ctx *ctx, const char *fet_path, const char *fma
  * exact too) of `masks`, which must have the shape of `features`. Both atomically. */
 ss_status ss_kk_write_features(ss_ctx *ctx, const char *fet_path, const char *fmask_path, const ss_matrix *features,
                                const ss_matrix *masks);
+/* The same, formatting rows on n_threads threads (the text does not depend on it). */
+ss_status ss_kk_write_features_threads(ss_ctx *ctx, const char *fet_path, const char *fmask_path,
+                                       const ss_matrix *features, const ss_matrix *masks, int n_threads);
 /* Read a .clu file: labels must be non-negative integers; `n_clusters` (may be NULL) receives the
  * header. Labels above the header are accepted (other tools count clusters differently). */
 ss_status ss_kk_read_clu(ss_ctx *ctx, const char *path, int64_t *n, int32_t **labels, int64_t *n_clusters);

@@ -91,6 +91,8 @@ typedef struct {
   struct {
     double penalty_k_log_n; /* replaces mask_em.penalty_k_log_n in `sort` only */
     int live_model;         /* also fit the causal twin of the model (model.h5 /live) */
+    int64_t em_max_spikes;  /* masked EM on at most this many spikes (0: all); the rest by KNN */
+    int64_t assign_k;       /* neighbours voting for a spike left out of masked EM */
   } sort;
   struct {
     int64_t k;

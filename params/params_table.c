@@ -118,6 +118,11 @@ const ss_param_spec ss_param_table[] = {
         "channel adds covariance terms to a cluster's penalty (see docs/architecture.md)."),
     BOOL("sort.live_model", sort.live_model, 1,
          "Also fit the causal twin of the model for live mode (a second front-end pass)."),
+    INT("sort.em_max_spikes", sort.em_max_spikes, 100000, 0, I64_MAX,
+        "Masked EM runs on at most this many spikes, evenly spaced in time (KlustaKwik's Subset); the others take "
+        "the majority label of their sort.assign_k nearest neighbours among them. 0: all spikes."),
+    INT("sort.assign_k", sort.assign_k, 10, 1, 1000,
+        "Neighbours (in feature space, among the masked-EM spikes) that vote for a spike's label."),
 
     INT("knn.k", knn.k, 10, 1, 100000, "Neighbours per query."),
     ENUM("knn.strategy", knn.strategy, SS_KNN_AUTO, knn_strategy_opts,

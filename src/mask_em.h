@@ -32,6 +32,10 @@ extern "C" {
 
 /* ---- options ---------------------------------------------------------------------------------- */
 
+/* Which kernel computes the GPU E-step's block part: chosen from shared memory (auto), or forced
+ * (tests compare the three with the CPU). */
+typedef enum { SS_EM_BLOCK_AUTO = 0, SS_EM_BLOCK_SPARSE, SS_EM_BLOCK_UNION, SS_EM_BLOCK_GLOBAL } ss_em_block_kernel;
+
 typedef struct {
   double prior_point;             /* P */
   double noise_point;             /* Q */
@@ -49,6 +53,7 @@ typedef struct {
   double dist_thresh;
   double noise_var_floor_rel, noise_var_floor_abs;
   uint64_t seed;
+  int gpu_block_kernel;          /* ss_em_block_kernel: the GPU E-step's block-part kernel (tests) */
   const int32_t *start_labels; /* start == SS_EM_START_CLU: N labels, 0 = noise, c ≥ 1 Gaussian */
 } ss_mask_em_opts;
 

@@ -13,6 +13,7 @@
 #include "build_config.h"
 #include "io/checksum.h"
 #include "src/log.h"
+#include "src/knn.h"
 #include "src/mask_em.h"
 #include "src/sort_internal.h"
 
@@ -83,17 +84,32 @@ static void *crc_main(void *arg) {
 
 /* --- stages ------------------------------------------------------------------------------------ */
 
-static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s) {
-  const ss_spikes *sp = &s->spikes;
-  const int64_t n = sp->n, C = sp->n_channels, P = sp->n_pcs, D = C * P;
-  if (n == 0)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: no spikes detected (detect.strong_std = %g): nothing to sort", s->info->path,
-                   s->o->params.detect.strong_std);
-  float *m = NULL;
-  SS_TRY(SS_ALLOC(ctx, m, (size_t)n * D, "feature masks"));
-  /* each channel's mask over its P features, exactly as the .fmask file spells it */
-  for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < D; j++) m[i * D + j] = sp->masks[i * C + j / P];
+/* The spikes masked EM runs on: all, or sort.em_max_spikes of them evenly spaced in time (KlustaKwik's
+ * Subset), spike floor(k·n/m) for k < m. */
+static ss_status em_subset(ss_ctx *ctx, const ss_sort_state *s, int64_t **idx, int64_t *m) {
+  const int64_t n = s->spikes.n, max = s->o->params.sort.em_max_spikes;
+  *m = max > 0 && max < n ? max : n;
+  SS_TRY(SS_ALLOC(ctx, *idx, (size_t)*m, "masked-EM subset"));
+  for (int64_t k = 0; k < *m; k++) (*idx)[k] = (int64_t)((__int128)k * n / *m);
+  return SS_OK;
+}
+
+/* Rows idx[0..m) of the features, and their masks spread over each channel's P features exactly as
+ * the .fmask file spells them. */
+static ss_status gather_rows(ss_ctx *ctx, const ss_spikes *sp, const int64_t *idx, int64_t m, float **x, float **mk) {
+  const int64_t C = sp->n_channels, P = sp->n_pcs, D = C * P;
+  SS_TRY(SS_ALLOC(ctx, *x, (size_t)(m > 0 ? m : 1) * D, "masked-EM features"));
+  SS_TRY(SS_ALLOC(ctx, *mk, (size_t)(m > 0 ? m : 1) * D, "feature masks"));
+  for (int64_t i = 0; i < m; i++) {
+    memcpy(*x + i * D, sp->features + idx[i] * D, (size_t)D * sizeof(float));
+    for (int64_t j = 0; j < D; j++) (*mk)[i * D + j] = sp->masks[idx[i] * C + j / P];
+  }
+  return SS_OK;
+}
+
+static ss_status fit_subset(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s, const float *x, const float *mk,
+                            int64_t m, ss_mask_em_result *r) {
+  const int64_t D = (int64_t)s->spikes.n_channels * s->spikes.n_pcs;
   ss_mask_em_opts opts;
   ss_mask_em_opts_from_params(&opts, &s->o->params);
   /* detector masks are wider than KlustaKwik's defaults assume: `sort` has its own BIC weight */
@@ -103,7 +119,6 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
   if (s->o->params.mask_em.penalty_k_log_n != def.mask_em.penalty_k_log_n) /* set, but not the knob sort reads */
     ss_log_warn(ctx, "sort: mask_em.penalty_k_log_n = %g is ignored here; sort uses sort.penalty_k_log_n = %g",
                 s->o->params.mask_em.penalty_k_log_n, opts.penalty_k_log_n);
-  ss_mask_em_result r = {0};
   /* the per-iteration log (info in `cluster`) is shown here only at --log-level debug */
   ss_ctx em_ctx;
   ss_ctx_init(&em_ctx);
@@ -111,19 +126,98 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
   em_ctx.log_stream = ctx->log_stream;
   em_ctx.progress_tty = ctx->progress_tty;
   em_ctx.log_level = ctx->log_level >= SS_LOG_DEBUG ? ctx->log_level : SS_LOG_WARN;
-  ss_status st = ss_mask_em_fit(&em_ctx, be, sp->features, m, n, D, &opts, &r);
-  free(m);
-  if (st != SS_OK) st = ss_fail(ctx, st, "%s", ss_error_message(&em_ctx));
+  ss_status st = ss_mask_em_fit(&em_ctx, be, x, mk, m, D, &opts, r);
+  if (st != SS_OK) return ss_fail(ctx, st, "%s", ss_error_message(&em_ctx));
+  return SS_OK;
+}
+
+/* The label most of a spike's k neighbours carry; a tie goes to the label met first (nearest). */
+static int32_t vote(const int64_t *nb, int64_t k, const int32_t *ref_labels) {
+  int32_t best = ref_labels[nb[0]];
+  int64_t best_count = 0;
+  for (int64_t a = 0; a < k; a++) {
+    int64_t count = 0;
+    for (int64_t b = 0; b < k; b++) count += ref_labels[nb[b]] == ref_labels[nb[a]];
+    if (count > best_count) {
+      best_count = count;
+      best = ref_labels[nb[a]];
+    }
+  }
+  return best;
+}
+
+/* Label the spikes left out of masked EM (in[k] == 0) by a vote of their nearest subset spikes. */
+static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_state *s, const float *ref,
+                             const int32_t *ref_labels, int64_t m, const uint8_t *in, int32_t *labels) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t n = sp->n, D = (int64_t)sp->n_channels * sp->n_pcs, q = n - m;
+  if (q == 0) return SS_OK;
+  ss_knn_opts o;
+  ss_knn_opts_from_params(&o, &s->o->params);
+  o.k = s->o->params.sort.assign_k < m ? s->o->params.sort.assign_k : m;
+  int64_t *rows = NULL, *nb = NULL;
+  float *xq = NULL;
+  double *dist = NULL;
+  ss_knn_index *ix = NULL;
+  ss_status st = SS_ALLOC(ctx, rows, (size_t)q, "assigned spikes");
+  if (st == SS_OK) st = SS_ALLOC(ctx, xq, (size_t)q * D, "assigned spikes");
+  if (st == SS_OK) st = SS_ALLOC(ctx, nb, (size_t)q * o.k, "neighbours");
+  if (st == SS_OK) st = SS_ALLOC(ctx, dist, (size_t)q * o.k, "neighbours");
+  for (int64_t i = 0, j = 0; st == SS_OK && i < n; i++)
+    if (!in[i]) {
+      rows[j] = i;
+      memcpy(xq + j++ * D, sp->features + i * D, (size_t)D * sizeof(float));
+    }
+  ss_knn_stats stats;
+  if (st == SS_OK) st = ss_knn_index_create(ctx, be, ref, m, D, &ix);
+  if (st == SS_OK) st = ss_knn_search(ctx, ix, &o, xq, q, nb, dist, &stats);
+  for (int64_t j = 0; st == SS_OK && j < q; j++) labels[rows[j]] = vote(nb + j * o.k, o.k, ref_labels);
+  if (ix) ss_knn_index_free(ix);
+  free(rows);
+  free(xq);
+  free(nb);
+  free(dist);
+  return st;
+}
+
+static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t n = sp->n;
+  if (n == 0)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: no spikes detected (detect.strong_std = %g): nothing to sort", s->info->path,
+                   s->o->params.detect.strong_std);
+  int64_t *sub = NULL, m = 0;
+  float *x = NULL, *mk = NULL;
+  uint8_t *in = NULL;
+  ss_mask_em_result r = {0};
+  ss_status st = em_subset(ctx, s, &sub, &m);
+  if (st == SS_OK) st = gather_rows(ctx, sp, sub, m, &x, &mk);
+  if (st == SS_OK && m < n)
+    ss_log_info(ctx, "sort: masked EM on %" PRId64 " of %" PRId64 " spikes (sort.em_max_spikes), the others by a "
+                "vote of their %" PRId64 " nearest", m, n, s->o->params.sort.assign_k);
+  if (st == SS_OK) st = fit_subset(ctx, be, s, x, mk, m, &r);
+  free(mk);
   if (st == SS_OK)
     ss_log_info(ctx, "sort: masked EM: %" PRId64 " clusters (noise included) after %" PRId64 " iterations (%s), %.2f s",
                 r.n_clusters, r.n_iterations, ss_mask_em_stop_name(r.stop), r.t_total_s);
+  if (st == SS_OK) st = SS_CALLOC(ctx, in, (size_t)n, "masked-EM subset");
+  if (st == SS_OK) st = SS_ALLOC(ctx, s->labels_raw, (size_t)n, "labels");
+  for (int64_t k = 0; st == SS_OK && k < m; k++) {
+    in[sub[k]] = 1;
+    s->labels_raw[sub[k]] = r.labels[k];
+  }
+  double t0 = ss_now();
+  if (st == SS_OK) st = assign_rest(ctx, be, s, x, r.labels, m, in, s->labels_raw);
+  s->sum->t_assign_s = ss_now() - t0;
   if (st == SS_OK) {
-    s->labels_raw = r.labels;
-    r.labels = NULL;
     s->k_raw = r.n_clusters;
     s->sum->em_iterations = r.n_iterations;
+    s->sum->em_spikes = m;
   }
   ss_mask_em_result_free(&r);
+  free(sub);
+  free(x);
+  free(in);
   return st;
 }
 
@@ -272,6 +366,10 @@ void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_di
   fprintf(f, "clusters:          %" PRId64 " from masked EM (%" PRId64 " iterations), %" PRId64 " after %" PRId64
              " merges (noise cluster 0 included)\n",
           s->n_clusters_raw, s->em_iterations, s->n_clusters, s->n_merges);
+  if (s->em_spikes < s->n_spikes)
+    fprintf(f, "masked EM on:      %" PRId64 " of the spikes (sort.em_max_spikes); the other %" PRId64
+               " labelled by nearest-neighbour vote in %.2f s\n",
+            s->em_spikes, s->n_spikes - s->em_spikes, s->t_assign_s);
   fprintf(f, "time per stage:    front end %.2f s, masked EM %.2f s, merge %.2f s, outputs %.2f s\n", s->t_frontend_s,
           s->t_cluster_s, s->t_merge_s, s->t_output_s);
   fprintf(f, "total:             %.2f s on %d CPU threads = %.1fx real time\n", s->t_total_s, s->n_threads,

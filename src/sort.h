@@ -56,6 +56,8 @@ typedef struct {
   int64_t n_clusters;        /* after the merge, noise included */
   int64_t n_merges;
   int64_t em_iterations;
+  int64_t em_spikes;         /* spikes masked EM ran on (the others were assigned by KNN) */
+  double t_assign_s;         /* of those assignments (inside t_cluster_s) */
   double duration_s;         /* of the recording */
   int n_channels;
   int n_threads;

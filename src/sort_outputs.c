@@ -283,7 +283,7 @@ static ss_status write_klustakwik(ss_ctx *ctx, const ss_sort_state *s) {
   SS_TRY(SS_ALLOC(ctx, mm.data, (size_t)(n > 0 ? n : 1) * F, "feature masks"));
   for (int64_t i = 0; i < n; i++)
     for (int64_t j = 0; j < F; j++) mm.data[i * F + j] = sp->masks[i * sp->n_channels + j / P];
-  ss_status st = ss_kk_write_features(ctx, fet, fmask, &fm, &mm);
+  ss_status st = ss_kk_write_features_threads(ctx, fet, fmask, &fm, &mm, s->sum->n_threads);
   free(mm.data);
   if (st == SS_OK) st = SS_ALLOC(ctx, kk, (size_t)(n > 0 ? n : 1), "KlustaKwik labels");
   for (int64_t i = 0; st == SS_OK && i < n; i++) kk[i] = s->labels[i] + 1; /* 1 = noise */
@@ -634,9 +634,16 @@ static ss_status write_model(ss_ctx *ctx, const ss_sort_state *s) {
 }
 
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
+  static const struct {
+    const char *name;
+    ss_status (*write)(ss_ctx *, const ss_sort_state *);
+  } outputs[] = {{"results.h5", write_results}, {"phy folder", write_phy}, {"KlustaKwik files", write_klustakwik},
+                 {"model.h5", write_model}};
   SS_TRY(ss_make_dir(ctx, s->o->out_dir));
-  SS_TRY(write_results(ctx, s));
-  SS_TRY(write_phy(ctx, s));
-  SS_TRY(write_klustakwik(ctx, s));
-  return write_model(ctx, s);
+  for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
+    double t0 = ss_now();
+    SS_TRY(outputs[i].write(ctx, s));
+    ss_log_info(ctx, "sort: wrote the %s in %.2f s", outputs[i].name, ss_now() - t0);
+  }
+  return SS_OK;
 }

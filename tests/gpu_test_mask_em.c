@@ -125,11 +125,12 @@ static void first_iterations_agree(void **state) {
 }
 
 /* Complete fits on both backends: same number of clusters, ARI ≥ 0.99. */
-static void compare_fits(const float *x, const float *m, int64_t n, int64_t d, const char *name) {
+static void compare_fits_with(const float *x, const float *m, int64_t n, int64_t d, const char *name, int kernel) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_mask_em_opts o;
   default_opts(&o);
+  o.gpu_block_kernel = kernel;
   ss_mask_em_result rc, rg;
   ss_status st = ss_mask_em_fit_cpu(&ctx, 0, x, m, n, d, &o, &rc);
   if (st != SS_OK) fail_msg("%s: CPU fit: %s", name, ss_error_message(&ctx));
@@ -145,6 +146,20 @@ static void compare_fits(const float *x, const float *m, int64_t n, int64_t d, c
   assert_true(ari >= ARI_MIN);
   ss_mask_em_result_free(&rc);
   ss_mask_em_result_free(&rg);
+}
+
+static void compare_fits(const float *x, const float *m, int64_t n, int64_t d, const char *name) {
+  compare_fits_with(x, m, n, d, name, SS_EM_BLOCK_AUTO);
+}
+
+/* The warp-union and global-memory block-part kernels (what very large D falls back to: 384
+ * channels × 3 PCs do not fit either shared-memory kernel) give the CPU's fit too. */
+static void block_kernels_agree(void **state) {
+  (void)state;
+  synth_set a = make_synth(6000, 16, 8, 4242);
+  compare_fits_with(a.x, a.m, a.n, a.d, "block part: warp-union kernel", SS_EM_BLOCK_UNION);
+  compare_fits_with(a.x, a.m, a.n, a.d, "block part: global-memory kernel", SS_EM_BLOCK_GLOBAL);
+  free_synth(&a);
 }
 
 static void fits_agree_synthetic(void **state) {
@@ -311,6 +326,7 @@ int main(void) {
       cmocka_unit_test(quick_steps_refused),
       cmocka_unit_test(first_iterations_agree),
       cmocka_unit_test(fits_agree_synthetic),
+      cmocka_unit_test(block_kernels_agree),
       cmocka_unit_test(fits_agree_simulated),
       cmocka_unit_test(deterministic),
       cmocka_unit_test(cli_device_cuda),

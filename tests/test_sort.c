@@ -176,6 +176,35 @@ static void threads_and_cluster(void **state) {
   if (!same_file(a, b)) fail_msg("cluster on the sort's .fet/.fmask gave other labels than the sort");
 }
 
+/* sort.em_max_spikes below the spike count: masked EM on that many, the others labelled by the KNN
+ * vote; the same bytes with 1 and 2 threads, and the units still found. */
+static void em_subset(void **state) {
+  (void)state;
+  char a[2 * PATH_LEN], b[2 * PATH_LEN], args[ARGS_LEN];
+  const char *params = ss_test_write_file("subset.json", "{\"sort\": {\"em_max_spikes\": 300, \"assign_k\": 5}}");
+  for (int t = 1; t <= 2; t++) {
+    char dir[PATH_LEN], name[16];
+    snprintf(name, sizeof(name), "sub%d", t);
+    ss_test_path(dir, sizeof(dir), name);
+    snprintf(args, sizeof(args), "sort '%s' -o '%s' --params '%s' --threads %d", sim_path, dir, params, t);
+    char *out = cli(args, 0, NULL);
+    if (!strstr(out, "masked EM on:      300 of the spikes")) fail_msg("no subset line in:\n%s", out);
+    free(out);
+  }
+  out_file(a, sizeof(a), "sub1", "sim.clu.1");
+  out_file(b, sizeof(b), "sub2", "sim.clu.1");
+  if (!same_file(a, b)) fail_msg("the subset sort differs between 1 and 2 threads");
+  char dir[PATH_LEN];
+  ss_test_path(dir, sizeof(dir), "sub1");
+  snprintf(args, sizeof(args), "compare '%s/results.h5' '%s' --exclude 0", dir, sim_path);
+  char *table = cli(args, 0, NULL);
+  int found = 0, total = 0;
+  const char *line = strstr(table, "well detected");
+  assert_int_equal(line ? sscanf(line, "well detected (accuracy >= 0.8): %d of %d", &found, &total) : 0, 2);
+  if (found < UNITS - 1) fail_msg("only %d of %d units well detected with the subset:\n%s", found, total, table);
+  free(table);
+}
+
 /* The checker reports a wrong length and a missing file, naming them. */
 static void phy_check_errors(void **state) {
   (void)state;
@@ -245,7 +274,7 @@ static void bad_inputs(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),       cmocka_unit_test(h5_layouts), cmocka_unit_test(threads_and_cluster),
-      cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),    cmocka_unit_test(em_subset),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

@@ -28,6 +28,7 @@ int ss_cmd_detect(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_cluster(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_sort(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_replay(int argc, char **argv, ss_ctx *ctx);
+int ss_cmd_live(int argc, char **argv, ss_ctx *ctx);
 
 /* Options every command accepts; handle with ss_cli_common_option() in the getopt loop. */
 #define SS_CLI_COMMON_LONGOPTS                         \

@@ -21,6 +21,7 @@ static const ss_command commands[] = {
     {"cluster", "masked EM on KlustaKwik .fet/.fmask files (a drop-in for KlustaKwik)", ss_cmd_cluster},
     {"sort", "sort a recording end to end: front end, masked EM, merge, results + phy + model", ss_cmd_sort},
     {"replay", "stream a recording over a link (TCP, UNIX socket, pipe) in real time, for live mode", ss_cmd_replay},
+    {"live", "label spikes as they arrive on a stream, with the causal twin of a sorted model", ss_cmd_live},
 };
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 

@@ -1,0 +1,397 @@
+/* bench_live.c — live-mode latency and throughput (issue #10) on a simulated 32-channel 30 kHz
+ * recording with the model of an in-process `sort` of it (model.h5, /live).
+ *
+ * Per block size B (ms):
+ *  - paced: a sender thread writes B-ms blocks over a UNIX socket (io/link.h) on an absolute real-time
+ *    schedule; the main thread reads whole frames and pushes each read into the engine. Reported:
+ *    the engine's latency (label ready − arrival of the read holding the spike's last waveform
+ *    sample) p50/p99/max, the end-to-end latency from the send time of that block, overruns, and the
+ *    fraction of wall time the engine was busy;
+ *  - unpaced: the whole recording pushed in B-ms blocks as fast as possible: × real time.
+ * Channel counts other than 32 use a generated two-column linear probe (10 µm pitch) and 20 units
+ * per 32 channels. Writes bench/results/live.json (DESIGN §10) with summary p99_ms_32ch_5ms_cpu (the
+ * GPU keys come with the CUDA path: the backend is a parameter of every run here).
+ *
+ * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--out FILE] [--tmpdir DIR]
+ *                   [--device cpu] */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench/bench_common.h"
+#include "build_config.h"
+#include "datasets/simulate.h"
+#include "io/link.h"
+#include "params/params.h"
+#include "params/probe.h"
+#include "src/live.h"
+#include "src/live_model.h"
+#include "src/log.h"
+#include "src/sort.h"
+
+#define MAX_CHANNEL_COUNTS 8
+#define PROBE_32 SS_SOURCE_DIR "/params/probes/two_column_32.json"
+#define PITCH_UM 10.0          /* generated probes: two columns 20 µm apart, a contact every 10 µm in y */
+#define COLUMN_UM 20.0
+#define UNITS_PER_32 20        /* simulated units per 32 channels */
+#define ADJACENCY_RADIUS_UM 40.0
+#define RATE 30000.0
+#define UV_PER_STEP 0.195
+#define DEFAULT_SECONDS 30.0
+#define MAX_BLOCKS 16
+#define MS_PER_S 1000.0
+#define CONNECT_TIMEOUT_S 10.0
+#define READ_BLOCKS 4 /* a read delivers at most this many blocks (when the engine lags) */
+
+typedef struct {
+  double seconds;
+  double blocks_ms[MAX_BLOCKS];
+  int n_blocks;
+  int channels[MAX_CHANNEL_COUNTS];
+  int n_channel_counts;
+  const char *out, *tmpdir;
+  ss_device_kind device;
+} bench_args;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double percentile(double *v, int64_t n, double pct) {
+  if (n == 0) return 0;
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  int64_t i = (int64_t)(pct / 100.0 * (double)(n - 1) + 0.5);
+  return v[i];
+}
+
+/* --- the recording and its model ----------------------------------------------------------------- */
+
+typedef struct {
+  int C;
+  int16_t *raw;
+  int64_t n_rows;
+  ss_live_model model;
+  char bin[4096], dir[4096], probe[4096];
+} workload;
+
+/* The probe file: the repository's 32-channel probe, else a generated two-column linear probe. */
+static ss_status probe_file(ss_ctx *ctx, const bench_args *a, workload *w) {
+  if (w->C == 32) {
+    snprintf(w->probe, sizeof(w->probe), "%s", PROBE_32);
+    return SS_OK;
+  }
+  snprintf(w->probe, sizeof(w->probe), "%s/bench_live_%d_probe%d.json", a->tmpdir, (int)getpid(), w->C);
+  FILE *f = fopen(w->probe, "w");
+  if (!f) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create", w->probe);
+  fprintf(f, "{\"channels\": [");
+  for (int c = 0; c < w->C; c++) fprintf(f, "%s%d", c ? ", " : "", c);
+  fprintf(f, "], \"positions\": [");
+  for (int c = 0; c < w->C; c++) fprintf(f, "%s[%g, %g]", c ? ", " : "", (c % 2) * COLUMN_UM, c * PITCH_UM);
+  fprintf(f, "]}\n");
+  return fclose(f) == 0 ? SS_OK : ss_fail(ctx, SS_ERR_IO, "%s: write failed", w->probe);
+}
+
+static ss_status make_workload(ss_ctx *ctx, const bench_args *a, workload *w) {
+  ss_probe probe;
+  SS_TRY(probe_file(ctx, a, w));
+  SS_TRY(ss_probe_load_file(ctx, w->probe, ADJACENCY_RADIUS_UM, &probe));
+  ss_sim_config c;
+  ss_sim_config_defaults(&c);
+  c.duration_s = a->seconds;
+  c.rate_hz = RATE;
+  c.seed = 7;
+  c.n_units = UNITS_PER_32 * w->C / 32;
+  snprintf(w->bin, sizeof(w->bin), "%s/bench_live_%d_%d.bin", a->tmpdir, (int)getpid(), w->C);
+  snprintf(w->dir, sizeof(w->dir), "%s/bench_live_%d_%d", a->tmpdir, (int)getpid(), w->C);
+  ss_status st = ss_sim_write(ctx, &c, &probe, w->bin, SS_SIM_FORMAT_BINARY, 0, NULL);
+  ss_probe_free(&probe);
+  SS_TRY(st);
+  ss_sort_opts o;
+  ss_sort_opts_defaults(&o);
+  o.spec.path = w->bin;
+  o.spec.format = SS_FORMAT_BINARY;
+  o.spec.n_channels = w->C;
+  o.spec.rate_hz = RATE;
+  o.spec.uv_per_step = UV_PER_STEP;
+  o.probe_path = w->probe;
+  o.out_dir = w->dir;
+  o.device = SS_DEVICE_CPU;
+  ss_sort_summary sum;
+  memset(&sum, 0, sizeof(sum));
+  double t0 = ss_now();
+  SS_TRY(ss_sort_run(ctx, &o, &sum));
+  fprintf(stderr, "bench_live: %d channels: sorted %.0f s in %.1f s: %lld spikes, %lld clusters\n", w->C, a->seconds,
+          ss_now() - t0,
+          (long long)sum.n_spikes, (long long)sum.n_clusters);
+  ss_sort_summary_free(&sum);
+  char model[4200];
+  snprintf(model, sizeof(model), "%s/model.h5", w->dir);
+  SS_TRY(ss_live_model_load(ctx, model, &w->model));
+  FILE *f = fopen(w->bin, "rb");
+  if (!f) return ss_fail(ctx, SS_ERR_IO, "%s: cannot open", w->bin);
+  w->n_rows = (int64_t)(a->seconds * RATE);
+  size_t n = (size_t)w->n_rows * w->C;
+  st = SS_ALLOC(ctx, w->raw, n, "recording");
+  if (st == SS_OK && fread(w->raw, sizeof(int16_t), n, f) != n) st = ss_fail(ctx, SS_ERR_IO, "%s: short read", w->bin);
+  fclose(f);
+  return st;
+}
+
+/* --- the sender ------------------------------------------------------------------------------------ */
+
+typedef struct {
+  const workload *w;
+  const char *uri;
+  int64_t block_rows;
+  double *t_send;   /* per block */
+  double t0;
+  ss_status st;
+  char msg[512];
+} sender;
+
+static void sleep_until(double t) {
+  double d = t - ss_now();
+  if (d <= 0) return;
+  struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static void *sender_main(void *arg) {
+  sender *s = arg;
+  ss_ctx ctx;
+  ss_ctx_init(&ctx);
+  ss_link *l = NULL;
+  s->st = ss_link_open(&ctx, s->uri, SS_LINK_WRITE, CONNECT_TIMEOUT_S, &l);
+  s->t0 = ss_now();
+  for (int64_t r = 0, b = 0; r < s->w->n_rows && s->st == SS_OK; r += s->block_rows, b++) {
+    int64_t n = s->w->n_rows - r < s->block_rows ? s->w->n_rows - r : s->block_rows;
+    sleep_until(s->t0 + (double)(r + n) / RATE); /* a block leaves once its last sample exists */
+    s->t_send[b] = ss_now();
+    s->st = ss_link_write(&ctx, l, s->w->raw + r * s->w->C, (size_t)n * s->w->C * sizeof(int16_t));
+  }
+  if (s->st != SS_OK) snprintf(s->msg, sizeof(s->msg), "%s", ss_error_message(&ctx));
+  ss_link_close(l);
+  return NULL;
+}
+
+/* --- runs ------------------------------------------------------------------------------------------ */
+
+typedef struct {
+  const sender *snd; /* paced runs: send times for the end-to-end latency */
+  int n_after;
+  double *e2e_us;
+  int64_t n, cap;
+} counter;
+
+static ss_status count_spike(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+  counter *c = user;
+  if (!c->snd) return SS_OK;
+  if (c->n == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 4096;
+    double *p = realloc(c->e2e_us, (size_t)c->cap * sizeof(double));
+    if (!p) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: latencies");
+    c->e2e_us = p;
+  }
+  int64_t last = s->t + c->n_after - 1, b = last / c->snd->block_rows;
+  int64_t n_blocks = (c->snd->w->n_rows + c->snd->block_rows - 1) / c->snd->block_rows;
+  if (b >= n_blocks) b = n_blocks - 1;
+  c->e2e_us[c->n++] = (ss_now() - c->snd->t_send[b]) * 1e6;
+  return SS_OK;
+}
+
+typedef struct {
+  ss_live_stats stats;
+  double busy_s, wall_s, e2e_p50_us, e2e_p99_us, e2e_max_us;
+} run_result;
+
+static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w, double block_ms,
+                           run_result *res) {
+  ss_live_opts o;
+  ss_live_opts_defaults(&o);
+  o.block_s = block_ms / MS_PER_S;
+  ss_live_engine *e = NULL;
+  SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
+  char path[4200], listen_uri[4300], connect_uri[4300];
+  snprintf(path, sizeof(path), "%s/bench_live_%d.sock", a->tmpdir, (int)getpid());
+  snprintf(listen_uri, sizeof(listen_uri), "unix-listen://%s", path);
+  snprintf(connect_uri, sizeof(connect_uri), "unix://%s", path);
+  sender snd = {.w = w, .uri = listen_uri, .block_rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5)};
+  int64_t n_blocks = (w->n_rows + snd.block_rows - 1) / snd.block_rows;
+  ss_status st = SS_CALLOC(ctx, snd.t_send, (size_t)n_blocks, "send times");
+  pthread_t th;
+  int started = st == SS_OK && pthread_create(&th, NULL, sender_main, &snd) == 0;
+  ss_link *l = NULL;
+  ss_frame_reader *r = NULL;
+  if (started) st = ss_link_open(ctx, connect_uri, SS_LINK_READ, CONNECT_TIMEOUT_S, &l);
+  if (st == SS_OK) st = ss_frame_reader_open(ctx, l, w->C, READ_BLOCKS * snd.block_rows, &r);
+  counter cnt = {.snd = &snd, .n_after = w->model.n_after};
+  double t_start = ss_now(), busy = 0;
+  while (st == SS_OK) {
+    const int16_t *rows;
+    int64_t n;
+    double t_arr;
+    st = ss_frame_reader_next(ctx, r, &rows, &n, &t_arr);
+    if (st != SS_OK || n == 0) break;
+    double t1 = ss_now();
+    st = ss_live_push(ctx, e, rows, n, t_arr, count_spike, &cnt);
+    busy += ss_now() - t1;
+  }
+  if (st == SS_OK) st = ss_live_flush(ctx, e, count_spike, &cnt);
+  res->wall_s = ss_now() - t_start;
+  res->busy_s = busy;
+  if (started) pthread_join(th, NULL);
+  if (st == SS_OK && snd.st != SS_OK) st = ss_fail(ctx, snd.st, "sender: %s", snd.msg);
+  ss_live_get_stats(e, &res->stats);
+  res->e2e_p50_us = percentile(cnt.e2e_us, cnt.n, 50);
+  res->e2e_p99_us = percentile(cnt.e2e_us, cnt.n, 99);
+  res->e2e_max_us = percentile(cnt.e2e_us, cnt.n, 100);
+  free(cnt.e2e_us);
+  free(snd.t_send);
+  ss_frame_reader_close(r);
+  ss_link_close(l);
+  ss_live_engine_close(e);
+  return st;
+}
+
+static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const workload *w, double block_ms, run_result *res) {
+  ss_live_opts o;
+  ss_live_opts_defaults(&o);
+  ss_live_engine *e = NULL;
+  SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
+  int64_t rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5);
+  counter cnt = {0};
+  ss_status st = SS_OK;
+  double t0 = ss_now();
+  for (int64_t r = 0; r < w->n_rows && st == SS_OK; r += rows) {
+    int64_t n = w->n_rows - r < rows ? w->n_rows - r : rows;
+    st = ss_live_push(ctx, e, w->raw + r * w->C, n, ss_now(), count_spike, &cnt);
+  }
+  if (st == SS_OK) st = ss_live_flush(ctx, e, count_spike, &cnt);
+  res->wall_s = res->busy_s = ss_now() - t0;
+  ss_live_get_stats(e, &res->stats);
+  ss_live_engine_close(e);
+  return st;
+}
+
+/* --- driver ---------------------------------------------------------------------------------------- */
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+  a->seconds = DEFAULT_SECONDS;
+  a->out = "bench/results/live.json";
+  a->tmpdir = "/tmp";
+  a->device = SS_DEVICE_CPU;
+  const double defaults[] = {1, 2, 5, 10};
+  a->n_blocks = 4;
+  memcpy(a->blocks_ms, defaults, sizeof(defaults));
+  a->channels[0] = 32;
+  a->n_channel_counts = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) return fprintf(stderr, "bench_live: %s needs a value\n", argv[i]), 2;
+    if (strcmp(argv[i], "--seconds") == 0) a->seconds = atof(v);
+    else if (strcmp(argv[i], "--out") == 0) a->out = v;
+    else if (strcmp(argv[i], "--tmpdir") == 0) a->tmpdir = v;
+    else if (strcmp(argv[i], "--device") == 0) {
+      ss_ctx ctx;
+      ss_ctx_init(&ctx);
+      if (ss_device_kind_parse(&ctx, v, &a->device) != SS_OK) return fprintf(stderr, "bench_live: --device %s\n", v), 2;
+    } else if (strcmp(argv[i], "--blocks") == 0) {
+      a->n_blocks = 0;
+      for (const char *p = v; *p && a->n_blocks < MAX_BLOCKS; p += strcspn(p, ","), p += *p == ',')
+        a->blocks_ms[a->n_blocks++] = atof(p);
+    } else if (strcmp(argv[i], "--channels") == 0) {
+      a->n_channel_counts = 0;
+      for (const char *p = v; *p && a->n_channel_counts < MAX_CHANNEL_COUNTS; p += strcspn(p, ","), p += *p == ',')
+        a->channels[a->n_channel_counts++] = atoi(p);
+    } else {
+      return fprintf(stderr, "usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--out FILE] "
+                             "[--tmpdir DIR] [--device cpu]\n"), 2;
+    }
+    i++;
+  }
+  if (!(a->seconds >= 1)) return fprintf(stderr, "bench_live: --seconds: expected >= 1\n"), 2;
+  for (int i = 0; i < a->n_channel_counts; i++)
+    if (a->channels[i] < 2 || a->channels[i] % 2) return fprintf(stderr, "bench_live: --channels: expected even counts >= 2\n"), 2;
+  return 0;
+}
+
+static void add_case(ss_bench_doc *doc, const workload *w, double block_ms, const run_result *p, const run_result *u,
+                     double seconds) {
+  char name[64];
+  snprintf(name, sizeof(name), "%dch_%gms", w->C, block_ms);
+  cJSON *c = ss_bench_case(doc, name);
+  cJSON_AddNumberToObject(c, "channels", w->C);
+  cJSON_AddNumberToObject(c, "rate_hz", RATE);
+  cJSON_AddNumberToObject(c, "block_ms", block_ms);
+  cJSON_AddNumberToObject(c, "seconds", seconds);
+  cJSON_AddNumberToObject(c, "units", (double)w->model.k);
+  cJSON_AddNumberToObject(c, "spikes", (double)p->stats.spikes);
+  cJSON_AddNumberToObject(c, "blocks", (double)p->stats.blocks);
+  cJSON_AddNumberToObject(c, "p50_ms", 1e-3 * ss_live_stats_percentile_us(&p->stats, 50));
+  cJSON_AddNumberToObject(c, "p99_ms", 1e-3 * ss_live_stats_percentile_us(&p->stats, 99));
+  cJSON_AddNumberToObject(c, "max_ms", 1e-3 * p->stats.latency_max_us);
+  cJSON_AddNumberToObject(c, "e2e_p50_ms", 1e-3 * p->e2e_p50_us);
+  cJSON_AddNumberToObject(c, "e2e_p99_ms", 1e-3 * p->e2e_p99_us);
+  cJSON_AddNumberToObject(c, "e2e_max_ms", 1e-3 * p->e2e_max_us);
+  cJSON_AddNumberToObject(c, "overruns", (double)p->stats.overruns);
+  cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
+  cJSON_AddNumberToObject(c, "unpaced_s", u->wall_s);
+  cJSON_AddNumberToObject(c, "unpaced_x_realtime", seconds / u->wall_s);
+  cJSON_AddNumberToObject(c, "unpaced_spikes", (double)u->stats.spikes);
+  printf("%2d ch, %4g ms blocks: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms (end to end p50 %.3f, p99 %.3f ms); "
+         "%lld overruns of %lld blocks; busy %.1f%%; unpaced %.1fx real time (%lld spikes, %lld paced)\n",
+         w->C, block_ms, 1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
+         1e-3 * ss_live_stats_percentile_us(&p->stats, 99), 1e-3 * p->stats.latency_max_us, 1e-3 * p->e2e_p50_us,
+         1e-3 * p->e2e_p99_us, (long long)p->stats.overruns, (long long)p->stats.blocks, 100.0 * p->busy_s / p->wall_s,
+         seconds / u->wall_s, (long long)u->stats.spikes, (long long)p->stats.spikes);
+  fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+  bench_args a;
+  int code = parse_args(argc, argv, &a);
+  if (code) return code;
+  ss_ctx ctx;
+  ss_ctx_init(&ctx);
+  ctx.quiet = 1;
+  ctx.log_level = SS_LOG_WARN;
+  if (a.device != SS_DEVICE_CPU) {
+    fprintf(stderr, "bench_live: the CUDA path is not built yet; run with --device cpu\n");
+    return 3;
+  }
+  ss_backend be;
+  ss_bench_doc doc;
+  char device[512];
+  ss_status st = ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be);
+  ss_bench_device_string(&be, device, sizeof(device));
+  if (st == SS_OK) st = ss_bench_doc_init(&ctx, &doc, "live", device);
+  for (int ci = 0; ci < a.n_channel_counts && st == SS_OK; ci++) {
+    workload w;
+    memset(&w, 0, sizeof(w));
+    w.C = a.channels[ci];
+    st = make_workload(&ctx, &a, &w);
+    for (int i = 0; i < a.n_blocks && st == SS_OK; i++) {
+      run_result p, u;
+      memset(&p, 0, sizeof(p));
+      memset(&u, 0, sizeof(u));
+      st = paced_run(&ctx, &be, &a, &w, a.blocks_ms[i], &p);
+      if (st == SS_OK) st = unpaced_run(&ctx, &be, &w, a.blocks_ms[i], &u);
+      if (st != SS_OK) break;
+      add_case(&doc, &w, a.blocks_ms[i], &p, &u, a.seconds);
+      if (w.C == 32 && a.blocks_ms[i] == 5.0)
+        ss_bench_summary_number(&doc, "p99_ms_32ch_5ms_cpu", 1e-3 * ss_live_stats_percentile_us(&p.stats, 99));
+    }
+    free(w.raw);
+    ss_live_model_free(&w.model);
+    unlink(w.bin);
+  }
+  if (st == SS_OK) st = ss_bench_doc_write(&ctx, &doc, a.out);
+  if (st != SS_OK) fprintf(stderr, "bench_live: %s\n", ss_error_message(&ctx));
+  else printf("-> %s\n", a.out);
+  ss_backend_close(&be);
+  return st == SS_OK ? 0 : 1;
+}

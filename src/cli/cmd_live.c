@@ -1,0 +1,387 @@
+/* cmd_live.c — `spikestream live --source URI --model M`: label spikes as they arrive (issue #10).
+ *
+ * A reader thread reads whole int16 frames from the source (io/link.h) and queues each read with its
+ * arrival time, so that arrival times are real even when the engine is busy; the main thread pushes
+ * the queued blocks into the live engine (src/live.h) and writes one record per spike to the output.
+ * The queue never drops data: when it holds SS_LIVE_QUEUE_MAX_BYTES the reader waits (the sender is
+ * then held back by the socket), and the engine's overrun counter shows it fell behind. */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/link.h"
+#include "src/backend.h"
+#include "src/cli/cli.h"
+#include "src/live.h"
+#include "src/live_model.h"
+#include "src/log.h"
+
+#define SS_LIVE_QUEUE_MAX_BYTES ((size_t)256 << 20)
+#define SS_LIVE_READ_MAX_S 0.1          /* at most this much signal per read */
+#define SS_LIVE_CONNECT_TIMEOUT_S 10.0  /* default wait for the source */
+#define SS_LIVE_WAIT_S 0.1              /* how often the main thread looks at the clock while idle */
+#define SS_LIVE_RECORD_BYTES 24         /* the binary record */
+#define SS_LIVE_MAX_BLOCK_MS 60000.0
+#define SS_MS_PER_S 1000.0
+
+static const char usage[] =
+    "usage: spikestream live --source URI --model M [--output URI] [--format json|binary]\n"
+    "                        [--assign centroid|knn] [--k K] [--distance D] [--block-ms B] [--reconnect]\n"
+    "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n\n"
+    "Label spikes as they arrive on a stream of raw little-endian int16 frames (channel-interleaved,\n"
+    "any number of samples per read), with the causal twin of a model that `spikestream sort` wrote.\n"
+    "Each spike is written as soon as no later sample can change it (docs/live.md):\n"
+    "  json:   {\"t\": sample, \"unit\": id, \"amp\": uV, \"channel\": c, \"latency_us\": L} one per line\n"
+    "  binary: 24 bytes little-endian {int64 t; int32 unit; int32 channel; float amp; float latency_us}\n"
+    "Counters (samples, blocks, spikes, overruns, latency p50/p99/max) go to stderr every --stats-every\n"
+    "seconds and at the end. The end of the stream flushes and exits 0; a stream ending mid-frame is\n"
+    "processed up to its last whole frame, reported, and exits 1.\n\n"
+    "  --source URI         stdin, -, a file, tcp://host:port, tcp-listen://host:port, unix:///path,\n"
+    "                       unix-listen:///path\n"
+    "  --model M            model.h5 from `spikestream sort` (its /live group)\n"
+    "  --train-seconds S    fit the model from the stream's first S seconds (not implemented yet)\n"
+    "  -o, --output URI     where the records go (default stdout; same URI forms)\n"
+    "  --format F           json (default) or binary\n"
+    "  --assign A           centroid (default: nearest unit centroid) or knn (vote of the --k nearest\n"
+    "                       reference spikes, ties to the nearest)\n"
+    "  --k K                neighbours for --assign knn (default 5)\n"
+    "  --distance D         centroid distance: plain (default: Euclidean over all features) or masked\n"
+    "                       (only the channels with mask > 0 in the spike or the unit's mean mask)\n"
+    "  --block-ms B         the sender's block length: a block is an overrun when its processing starts\n"
+    "                       more than B ms after it arrived (default: each read's own duration)\n"
+    "  --reconnect          after the source disconnects, wait for the next connection (filter state\n"
+    "                       restarts, counters go on); stop with SIGINT or SIGTERM\n"
+    "  --stats-every S      seconds between counter lines on stderr (default 10; 0: only at the end)\n"
+    "  --device D           cpu (default), cuda or auto\n"
+    "  --connect-timeout S  how long to wait for the source (default 10; 0 = no limit)\n"
+    "\noptions:\n" SS_CLI_COMMON_HELP;
+
+enum {
+  OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
+  OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE
+};
+
+typedef struct {
+  const char *source, *model, *output;
+  int binary, reconnect, train;
+  ss_live_opts opts;
+  double stats_every_s, connect_timeout_s;
+  ss_device_kind device;
+  ss_ctx *ctx;
+} live_args;
+
+static int on_option(int opt, const char *arg, void *user) {
+  live_args *a = user;
+  double v = 0;
+  int code = 0;
+  switch (opt) {
+    case OPT_SOURCE: a->source = arg; break;
+    case OPT_MODEL: a->model = arg; break;
+    case 'o': a->output = arg; break;
+    case OPT_TRAIN: a->train = 1; break;
+    case OPT_RECONNECT: a->reconnect = 1; break;
+    case OPT_FORMAT:
+      if (strcmp(arg, "json") && strcmp(arg, "binary"))
+        return ss_cli_usage_error("live", "--format: expected json or binary, got \"%s\"", arg);
+      a->binary = strcmp(arg, "binary") == 0;
+      break;
+    case OPT_ASSIGN:
+      if (strcmp(arg, "centroid") && strcmp(arg, "knn"))
+        return ss_cli_usage_error("live", "--assign: expected centroid or knn, got \"%s\"", arg);
+      a->opts.assign = strcmp(arg, "knn") == 0 ? SS_LIVE_KNN : SS_LIVE_CENTROID;
+      break;
+    case OPT_DISTANCE:
+      if (strcmp(arg, "plain") && strcmp(arg, "masked"))
+        return ss_cli_usage_error("live", "--distance: expected plain or masked, got \"%s\"", arg);
+      a->opts.masked_distance = strcmp(arg, "masked") == 0;
+      break;
+    case OPT_K: code = ss_cli_integer("live", "k", arg, 1, INT32_MAX, &a->opts.k); break;
+    case OPT_BLOCK_MS:
+      code = ss_cli_number("live", "block-ms", arg, 0, &v);
+      if (!code && !(v > 0 && v <= SS_LIVE_MAX_BLOCK_MS))
+        return ss_cli_usage_error("live", "--block-ms: expected a number in (0, %g], got \"%s\"", SS_LIVE_MAX_BLOCK_MS, arg);
+      a->opts.block_s = v / SS_MS_PER_S;
+      break;
+    case OPT_STATS_EVERY: code = ss_cli_number("live", "stats-every", arg, 0, &a->stats_every_s); break;
+    case OPT_CONNECT_TIMEOUT: code = ss_cli_number("live", "connect-timeout", arg, 0, &a->connect_timeout_s); break;
+    case OPT_DEVICE:
+      if (ss_device_kind_parse(a->ctx, arg, &a->device) != SS_OK)
+        return ss_cli_usage_error("live", "--device: %s", ss_error_message(a->ctx));
+      break;
+    default: return ss_cli_usage_error("live", "unknown option");
+  }
+  return code;
+}
+
+/* --- the queue between the reader thread and the engine ----------------------------------------- */
+
+typedef enum { ITEM_ROWS, ITEM_END, ITEM_ERROR } item_kind;
+
+typedef struct item {
+  struct item *next;
+  item_kind kind;
+  int64_t n;
+  double t_arrival;
+  ss_status st;      /* ITEM_ERROR */
+  char *msg;         /* ITEM_ERROR */
+  int16_t rows[];    /* ITEM_ROWS */
+} item;
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  item *head, *tail;
+  size_t bytes;
+  /* the reader's side */
+  const live_args *a;
+  int n_channels;
+  double rate_hz;
+  int reader_done; /* the engine loop took the reader's last item */
+} queue;
+
+static void queue_put(queue *q, item *it, size_t bytes) {
+  pthread_mutex_lock(&q->mu);
+  while (q->bytes > 0 && q->bytes + bytes > SS_LIVE_QUEUE_MAX_BYTES) pthread_cond_wait(&q->cv, &q->mu);
+  it->next = NULL;
+  if (q->tail) q->tail->next = it;
+  else q->head = it;
+  q->tail = it;
+  q->bytes += bytes;
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+/* The next item, or NULL after waiting `wait_s` for one. */
+static item *queue_get(queue *q, double wait_s) {
+  pthread_mutex_lock(&q->mu);
+  if (!q->head) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = ts.tv_sec + ts.tv_nsec * 1e-9 + wait_s;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+  }
+  item *it = q->head;
+  if (it) {
+    q->head = it->next;
+    if (!q->head) q->tail = NULL;
+    q->bytes -= it->kind == ITEM_ROWS ? (size_t)it->n * q->n_channels * sizeof(int16_t) : 0;
+    pthread_cond_broadcast(&q->cv);
+  }
+  pthread_mutex_unlock(&q->mu);
+  return it;
+}
+
+static void put_status(queue *q, item_kind kind, ss_status st, const char *msg) {
+  item *it = calloc(1, sizeof(*it));
+  if (!it) abort(); /* a few bytes: nothing sensible is left to do */
+  it->kind = kind;
+  it->st = st;
+  it->msg = msg ? strdup(msg) : NULL;
+  queue_put(q, it, 0);
+}
+
+/* Read one connection to its end: rows are queued as they come. */
+static ss_status read_stream(ss_ctx *ctx, queue *q) {
+  ss_link *l = NULL;
+  double timeout = q->a->connect_timeout_s;
+  SS_TRY(ss_link_open(ctx, q->a->source, SS_LINK_READ, timeout, &l));
+  ss_frame_reader *r = NULL;
+  int64_t max_rows = (int64_t)(q->rate_hz * SS_LIVE_READ_MAX_S) + 1;
+  ss_status st = ss_frame_reader_open(ctx, l, q->n_channels, max_rows, &r);
+  for (;;) {
+    const int16_t *rows;
+    int64_t n = 0;
+    double t;
+    if (st == SS_OK) st = ss_frame_reader_next(ctx, r, &rows, &n, &t);
+    if (st != SS_OK || n == 0) break;
+    size_t bytes = (size_t)n * q->n_channels * sizeof(int16_t);
+    item *it = malloc(sizeof(item) + bytes);
+    if (!it) {
+      st = ss_fail(ctx, SS_ERR_NOMEM, "out of memory: live queue (%zu bytes)", bytes);
+      break;
+    }
+    it->kind = ITEM_ROWS;
+    it->n = n;
+    it->t_arrival = t;
+    memcpy(it->rows, rows, bytes);
+    queue_put(q, it, bytes);
+  }
+  ss_frame_reader_close(r);
+  ss_link_close(l);
+  return st;
+}
+
+static void *reader_main(void *arg) {
+  queue *q = arg;
+  ss_ctx ctx;
+  ss_ctx_init(&ctx);
+  do {
+    ss_status st = read_stream(&ctx, q);
+    if (st != SS_OK) {
+      put_status(q, ITEM_ERROR, st, ss_error_message(&ctx));
+      return NULL;
+    }
+    put_status(q, ITEM_END, SS_OK, NULL);
+  } while (q->a->reconnect);
+  return NULL;
+}
+
+/* --- output ------------------------------------------------------------------------------------- */
+
+typedef struct {
+  ss_link *out;
+  int binary;
+} sink;
+
+static void put_le(unsigned char *p, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static ss_status write_spike(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+  sink *k = user;
+  if (k->binary) {
+    unsigned char rec[SS_LIVE_RECORD_BYTES];
+    uint32_t amp, lat;
+    memcpy(&amp, &s->amp, 4);
+    memcpy(&lat, &s->latency_us, 4);
+    put_le(rec, (uint64_t)s->t, 8);
+    put_le(rec + 8, (uint32_t)s->unit, 4);
+    put_le(rec + 12, (uint32_t)s->channel, 4);
+    put_le(rec + 16, amp, 4);
+    put_le(rec + 20, lat, 4);
+    return ss_link_write(ctx, k->out, rec, sizeof(rec));
+  }
+  char line[256];
+  int len = snprintf(line, sizeof(line), "{\"t\": %lld, \"unit\": %d, \"amp\": %.2f, \"channel\": %d, \"latency_us\": %.1f}\n",
+                     (long long)s->t, (int)s->unit, (double)s->amp, (int)s->channel, (double)s->latency_us);
+  return ss_link_write(ctx, k->out, line, (size_t)len);
+}
+
+/* --- the engine loop ---------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t stop_requested;
+static void on_signal(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
+
+static void print_stats(const ss_live_engine *e, const char *label, double rate_hz) {
+  ss_live_stats s;
+  ss_live_get_stats(e, &s);
+  ss_live_stats_print(stderr, label, &s, rate_hz);
+}
+
+/* Push queued blocks until the stream ends (or, with --reconnect, a signal). */
+static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_engine *e, sink *k, double rate_hz) {
+  double next_stats = a->stats_every_s > 0 ? ss_now() + a->stats_every_s : INFINITY;
+  for (;;) {
+    /* a stop request (signal) still processes what was already received */
+    item *it = queue_get(q, stop_requested ? 0 : SS_LIVE_WAIT_S);
+    if (!it && stop_requested) return ss_live_flush(ctx, e, write_spike, k);
+    ss_status st = SS_OK;
+    if (it && it->kind == ITEM_ROWS) {
+      st = ss_live_push(ctx, e, it->rows, it->n, it->t_arrival, write_spike, k);
+    } else if (it && it->kind == ITEM_END) {
+      st = ss_live_flush(ctx, e, write_spike, k);
+      if (st == SS_OK && !a->reconnect) {
+        q->reader_done = 1;
+        free(it);
+        return SS_OK;
+      }
+      ss_log_info(ctx, "live: the source disconnected; waiting for the next connection");
+      ss_live_reset(e);
+    } else if (it) {
+      /* whole rows before the error were pushed: report every pending spike, then the error */
+      q->reader_done = 1;
+      st = ss_live_flush(ctx, e, write_spike, k);
+      if (st == SS_OK) st = ss_fail(ctx, it->st, "%s", it->msg ? it->msg : ss_strerror(it->st));
+      free(it->msg);
+    }
+    free(it);
+    if (st != SS_OK) return st;
+    double now = ss_now();
+    if (now >= next_stats) {
+      print_stats(e, "live", rate_hz);
+      while (next_stats <= now) next_stats += a->stats_every_s;
+    }
+  }
+}
+
+static ss_status run(ss_ctx *ctx, live_args *a) {
+  if (a->train) return ss_fail(ctx, SS_ERR_UNSUPPORTED, "--train-seconds: not implemented yet (give --model M from `spikestream sort`)");
+  if (a->device == SS_DEVICE_CUDA) return ss_fail(ctx, SS_ERR_UNSUPPORTED, "the CUDA path is not built yet");
+  if (a->device == SS_DEVICE_AUTO) ss_log_info(ctx, "live: --device auto: the CUDA path is not built yet; using the CPU");
+  ss_live_model m;
+  memset(&m, 0, sizeof(m));
+  SS_TRY(ss_live_model_load(ctx, a->model, &m));
+  ss_backend be;
+  ss_live_engine *e = NULL;
+  ss_link *out = NULL;
+  ss_status st = ss_backend_open(ctx, SS_DEVICE_CPU, 0, 1, &be);
+  if (st != SS_OK) {
+    ss_live_model_free(&m);
+    return st;
+  }
+  st = ss_live_engine_open(ctx, &be, &m, &a->opts, &e);
+  if (st == SS_OK) st = ss_link_open(ctx, a->output ? a->output : "stdout", SS_LINK_WRITE, a->connect_timeout_s, &out);
+  /* static: after a signal the reader may still sit in accept() when run() returns */
+  static queue q = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  q.a = a;
+  q.n_channels = m.n_channels;
+  q.rate_hz = m.rate_hz;
+  pthread_t reader;
+  int started = st == SS_OK && pthread_create(&reader, NULL, reader_main, &q) == 0;
+  if (st == SS_OK && !started) st = ss_fail(ctx, SS_ERR_INTERNAL, "live: cannot start the reader thread");
+  sink k = {out, a->binary};
+  if (st == SS_OK) st = engine_loop(ctx, a, &q, e, &k, m.rate_hz);
+  if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", m.rate_hz);
+  /* the reader has finished when the loop saw its end or its error; otherwise (a signal, a failed
+   * output) it may wait on the source: the process ends without it */
+  if (started && q.reader_done) pthread_join(reader, NULL);
+  ss_link_close(out);
+  ss_live_engine_close(e);
+  ss_backend_close(&be);
+  ss_live_model_free(&m);
+  return st;
+}
+
+int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
+  static const struct option opts[] = {{"source", required_argument, NULL, OPT_SOURCE},
+                                       {"model", required_argument, NULL, OPT_MODEL},
+                                       {"train-seconds", required_argument, NULL, OPT_TRAIN},
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"format", required_argument, NULL, OPT_FORMAT},
+                                       {"assign", required_argument, NULL, OPT_ASSIGN},
+                                       {"k", required_argument, NULL, OPT_K},
+                                       {"distance", required_argument, NULL, OPT_DISTANCE},
+                                       {"block-ms", required_argument, NULL, OPT_BLOCK_MS},
+                                       {"reconnect", no_argument, NULL, OPT_RECONNECT},
+                                       {"stats-every", required_argument, NULL, OPT_STATS_EVERY},
+                                       {"device", required_argument, NULL, OPT_DEVICE},
+                                       {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+                                       {0, 0, 0, 0}};
+  static live_args a; /* static: the reader thread reads it (see run()) */
+  memset(&a, 0, sizeof(a));
+  a.ctx = ctx;
+  ss_live_opts_defaults(&a.opts);
+  a.stats_every_s = 10.0;
+  a.connect_timeout_s = SS_LIVE_CONNECT_TIMEOUT_S;
+  a.device = SS_DEVICE_CPU;
+  int first, code = ss_cli_parse(argc, argv, "live", opts, usage, ctx, on_option, &a, &first);
+  if (code >= 0) return code;
+  if (first != argc) return ss_cli_usage_error("live", "unexpected argument \"%s\"", argv[first]);
+  if (!a.source) return ss_cli_usage_error("live", "--source URI is required");
+  if (!a.model && !a.train) return ss_cli_usage_error("live", "--model M (or --train-seconds S) is required");
+  if (a.model && a.train) return ss_cli_usage_error("live", "--model and --train-seconds exclude each other");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  return ss_cli_finish("live", ctx, run(ctx, &a));
+}

@@ -1,0 +1,526 @@
+/* live.c — the live engine (live.h): scale, causal filter, rolling buffer, exactly-once detection of
+ * final components, features, assignment (nearest centroid or KNN vote), emission, and the counters
+ * (samples, blocks, spikes, overruns, latency histogram). */
+#include "src/live.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params/params.h"
+#include "src/detect.h"
+#include "src/features_pca.h"
+#include "src/filter.h"
+#include "src/knn.h"
+#include "src/log.h"
+
+/* Cubic interpolation reads this many rows past the last waveform sample (Catmull–Rom support). */
+#define SS_LIVE_INTERP_SUPPORT 2
+/* Growth floor of the engine's arrays. */
+#define SS_LIVE_MIN_ROWS 1024
+#define SS_LIVE_MIN_ARRIVALS 64
+#define SS_LIVE_DEFAULT_K 5
+/* Without a spike in sight, the unreported rows are still cut down once they exceed this (ms). */
+#define SS_LIVE_MAX_PENDING_MS 20.0
+
+typedef struct {
+  int64_t end;  /* first sample after the push */
+  double t;     /* its arrival time */
+} arrival;
+
+typedef struct {
+  int64_t t;
+  int32_t ch;
+  float amp;
+} done_key;
+
+struct ss_live_engine {
+  const ss_backend *be;
+  const ss_live_model *m;
+  ss_live_opts o;
+  int C, F;                /* channels, feature dims (C · n_pcs) */
+  ss_detect_config cfg;
+  ss_thresholds every;     /* strong = weak: every component counts (finality runs) */
+  int64_t Q;               /* own_from passes components with no node in the last Q rows */
+  int64_t lead;            /* rows kept before own_from */
+  ss_filter_state fst;
+  float *scaled;           /* the push in µV, then filtered */
+  int64_t scaled_cap;
+  float *buf;              /* filtered rows [buf0, buf0 + buf_n) */
+  int64_t buf_cap, buf0, buf_n;
+  int64_t own_from;        /* every component first-noded before it has been handled */
+  int64_t strong_scanned;  /* rows before it have been looked at for samples above the strong threshold */
+  int64_t pending;         /* spikes seen but not final at the last report */
+  done_key *done;          /* spikes reported whose time is not before own_from */
+  int64_t n_done, done_cap;
+  int64_t max_pending;     /* rows after own_from beyond which own_from is moved on without a spike */
+  arrival *arr;            /* pushes whose samples may still be needed, oldest first */
+  int64_t arr_n, arr_cap;
+  ss_detect_work work;
+  ss_spike_list full, cut, probe; /* every-component detections (moving own_from) */
+  ss_spike_list spikes, rcut;     /* spike detections over all rows / the rows before R − join_size */
+  int64_t *sel;            /* the spikes of `spikes` to report */
+  float *wsel;             /* their waveforms */
+  int64_t sel_cap, wsel_cap;
+  float *features;
+  int32_t *labels;
+  int64_t *order;
+  int64_t feat_cap, labels_cap, order_cap;
+  ss_knn_index *knn;
+  ss_knn_opts knn_opts;
+  ss_live_stats stats;
+  int fresh; /* no row of the current stream yet */
+};
+
+void ss_live_opts_defaults(ss_live_opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->assign = SS_LIVE_CENTROID;
+  o->k = SS_LIVE_DEFAULT_K;
+}
+
+static ss_status grow(ss_ctx *ctx, void **p, int64_t *cap, int64_t need, int64_t floor_, size_t size,
+                      const char *what) {
+  if (need <= *cap) return SS_OK;
+  int64_t c = *cap > floor_ ? *cap : floor_;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, (size_t)c * size);
+  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: %s (%zu bytes)", what, (size_t)c * size);
+  *p = q;
+  *cap = c;
+  return SS_OK;
+}
+
+/* --- open / close ------------------------------------------------------------------------------ */
+
+static ss_status check_model(ss_ctx *ctx, const ss_live_model *m, const ss_live_opts *o) {
+  if (m->n_channels < 1 || m->n_pcs < 1 || m->n_wave != m->n_before + m->n_after || !(m->rate_hz > 0))
+    return ss_fail(ctx, SS_ERR_INPUT, "live: model: inconsistent shape (%d channels, %d PCs, window %d = %d + %d)",
+                   m->n_channels, m->n_pcs, m->n_wave, m->n_before, m->n_after);
+  if (o->assign == SS_LIVE_KNN && (o->k < 1 || o->k > m->n_ref))
+    return ss_fail(ctx, SS_ERR_INPUT, "live: --k: expected 1 .. %lld (the model's reference spikes), got %lld",
+                   (long long)m->n_ref, (long long)o->k);
+  if (o->assign == SS_LIVE_CENTROID && m->k < 1)
+    return ss_fail(ctx, SS_ERR_INPUT, "live: model: no unit centroids");
+  return SS_OK;
+}
+
+static ss_status every_component_thresholds(ss_ctx *ctx, const ss_thresholds *th, ss_thresholds *out) {
+  memset(out, 0, sizeof(*out));
+  out->n_channels = th->n_channels;
+  out->polarity = th->polarity;
+  size_t C = (size_t)th->n_channels;
+  if (SS_ALLOC(ctx, out->sigma, C, "live thresholds") != SS_OK || SS_ALLOC(ctx, out->weak, C, "live thresholds") != SS_OK ||
+      SS_ALLOC(ctx, out->strong, C, "live thresholds") != SS_OK)
+    return SS_ERR_NOMEM;
+  memcpy(out->sigma, th->sigma, C * sizeof(float));
+  memcpy(out->weak, th->weak, C * sizeof(float));
+  memcpy(out->strong, th->weak, C * sizeof(float));
+  return SS_OK;
+}
+
+ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_model *m, const ss_live_opts *o,
+                              ss_live_engine **out) {
+  *out = NULL;
+  SS_TRY(check_model(ctx, m, o));
+  ss_live_engine *e = NULL;
+  SS_TRY(SS_CALLOC(ctx, e, 1, "live engine"));
+  e->be = be;
+  e->m = m;
+  e->o = *o;
+  e->C = m->n_channels;
+  e->F = m->n_channels * m->n_pcs;
+  e->cfg = (ss_detect_config){.join_size = m->join_size, .n_before = m->n_before, .n_after = m->n_after};
+  int64_t ready = m->n_after + SS_LIVE_INTERP_SUPPORT;
+  e->Q = m->join_size > ready ? m->join_size : ready;
+  e->lead = llround(SS_LIVE_LEAD_MS * m->rate_hz / 1000.0) + m->n_before + SS_LIVE_INTERP_SUPPORT + m->join_size;
+  ss_status st = every_component_thresholds(ctx, &m->thresholds, &e->every);
+  if (st == SS_OK) st = ss_filter_state_init(ctx, &m->filter, e->C, &e->fst);
+  ss_spike_list_init(ctx, &e->full, e->C, m->n_wave, 0);
+  ss_spike_list_init(ctx, &e->cut, e->C, m->n_wave, 0);
+  ss_spike_list_init(ctx, &e->probe, e->C, m->n_wave, 0);
+  ss_spike_list_init(ctx, &e->rcut, e->C, m->n_wave, 0);
+  ss_spike_list_init(ctx, &e->spikes, e->C, m->n_wave, 1);
+  if (st == SS_OK && o->assign == SS_LIVE_KNN) {
+    ss_params p;
+    ss_params_defaults(&p);
+    ss_knn_opts_from_params(&e->knn_opts, &p);
+    e->knn_opts.k = o->k;
+    st = ss_knn_index_create(ctx, be, m->ref_features, m->n_ref, e->F, &e->knn);
+  }
+  e->fresh = 1;
+  e->max_pending = llround(SS_LIVE_MAX_PENDING_MS * m->rate_hz / 1000.0);
+  if (st != SS_OK) {
+    ss_live_engine_close(e);
+    return st;
+  }
+  *out = e;
+  return SS_OK;
+}
+
+void ss_live_engine_close(ss_live_engine *e) {
+  if (!e) return;
+  ss_thresholds_free(&e->every);
+  ss_filter_state_free(&e->fst);
+  free(e->scaled);
+  free(e->buf);
+  free(e->arr);
+  ss_detect_work_free(&e->work);
+  ss_spike_list_free(&e->full);
+  ss_spike_list_free(&e->cut);
+  ss_spike_list_free(&e->probe);
+  ss_spike_list_free(&e->rcut);
+  free(e->sel);
+  free(e->wsel);
+  free(e->done);
+  ss_spike_list_free(&e->spikes);
+  free(e->features);
+  free(e->labels);
+  free(e->order);
+  if (e->knn) ss_knn_index_free(e->knn);
+  free(e);
+}
+
+void ss_live_reset(ss_live_engine *e) {
+  e->fst.started = 0;
+  e->buf0 = e->buf_n = e->own_from = e->strong_scanned = e->pending = e->n_done = 0;
+  e->arr_n = 0;
+  e->fresh = 1;
+}
+
+void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) { *out = e->stats; }
+
+/* --- counters ----------------------------------------------------------------------------------- */
+
+static void record_latency(ss_live_stats *s, double us) {
+  int bin;
+  if (!(us >= 1.0)) {
+    bin = 0;
+  } else {
+    double b = floor((log10(us) - SS_LIVE_HIST_MIN_DECADE) * SS_LIVE_HIST_PER_DECADE) + 1;
+    bin = b >= SS_LIVE_HIST_BINS - 1 ? SS_LIVE_HIST_BINS - 1 : (int)b;
+  }
+  s->hist[bin]++;
+  if (us > s->latency_max_us) s->latency_max_us = us;
+  s->latency_sum_us += us;
+}
+
+double ss_live_stats_percentile_us(const ss_live_stats *s, double pct) {
+  int64_t n = 0;
+  for (int i = 0; i < SS_LIVE_HIST_BINS; i++) n += s->hist[i];
+  if (n == 0) return 0.0;
+  if (pct >= 100.0) return s->latency_max_us;
+  double want = pct / 100.0 * (double)n;
+  int64_t cum = 0;
+  for (int i = 0; i < SS_LIVE_HIST_BINS; i++) {
+    cum += s->hist[i];
+    if ((double)cum >= want && cum > 0) {
+      double edge = pow(10.0, SS_LIVE_HIST_MIN_DECADE + (double)i / SS_LIVE_HIST_PER_DECADE);
+      return edge < s->latency_max_us ? edge : s->latency_max_us;
+    }
+  }
+  return s->latency_max_us;
+}
+
+void ss_live_stats_print(FILE *f, const char *label, const ss_live_stats *s, double rate_hz) {
+  fprintf(f,
+          "%s: %lld samples (%.1f s), %lld blocks, %lld spikes, %lld overruns (at most %.2f ms behind), %lld "
+          "stream%s; latency p50 %.3f ms, p99 %.3f ms, max %.3f ms\n",
+          label, (long long)s->samples, rate_hz > 0 ? (double)s->samples / rate_hz : 0.0, (long long)s->blocks,
+          (long long)s->spikes, (long long)s->overruns, 1e3 * s->max_behind_s, (long long)s->streams,
+          s->streams == 1 ? "" : "s", 1e-3 * ss_live_stats_percentile_us(s, 50),
+          1e-3 * ss_live_stats_percentile_us(s, 99), 1e-3 * s->latency_max_us);
+  fflush(f);
+}
+
+/* --- the rolling buffer ------------------------------------------------------------------------- */
+
+/* Drop the rows before own_from − lead and the arrivals no spike can need any more. */
+static void buffer_trim(ss_live_engine *e) {
+  int64_t keep = e->own_from - e->lead, drop = keep - e->buf0;
+  if (drop > 0) {
+    if (drop > e->buf_n) drop = e->buf_n;
+    memmove(e->buf, e->buf + drop * e->C, (size_t)(e->buf_n - drop) * e->C * sizeof(float));
+    e->buf0 += drop;
+    e->buf_n -= drop;
+  }
+  int64_t a = 0;
+  while (a < e->arr_n - 1 && e->arr[a].end <= keep) a++;
+  if (a > 0) {
+    memmove(e->arr, e->arr + a, (size_t)(e->arr_n - a) * sizeof(arrival));
+    e->arr_n -= a;
+  }
+}
+
+/* Scale, filter causally and append n rows. */
+static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival) {
+  const int C = e->C;
+  const ss_live_model *m = e->m;
+  SS_TRY(grow(ctx, (void **)&e->scaled, &e->scaled_cap, n * C, SS_LIVE_MIN_ROWS * C, sizeof(float), "live block"));
+  for (int64_t t = 0; t < n; t++)
+    for (int c = 0; c < C; c++) e->scaled[t * C + c] = (float)(rows[t * C + c] * m->uv_per_step[c] + m->offset_uv);
+  SS_TRY(ss_filter_causal(ctx, e->be, &m->filter, &e->fst, e->scaled, n, e->scaled));
+  buffer_trim(e);
+  SS_TRY(grow(ctx, (void **)&e->buf, &e->buf_cap, (e->buf_n + n) * C, SS_LIVE_MIN_ROWS * C, sizeof(float),
+              "live buffer"));
+  memcpy(e->buf + e->buf_n * C, e->scaled, (size_t)(n * C) * sizeof(float));
+  e->buf_n += n;
+  SS_TRY(grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
+  e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
+  return SS_OK;
+}
+
+/* Detection over the buffer's rows [0, search_end) reporting the components first-noded in
+ * [own_from, own_end) (absolute samples). */
+static ss_status detect(ss_ctx *ctx, ss_live_engine *e, const ss_thresholds *th, int64_t search_end, int64_t own_end,
+                        ss_spike_list *out) {
+  ss_spike_list_clear(out);
+  ss_detect_block blk = {.x = e->buf,
+                         .n_rows = e->buf_n,
+                         .row0_sample = e->buf0,
+                         .search_begin = 0,
+                         .search_end = search_end,
+                         .own_begin = e->own_from - e->buf0,
+                         .own_end = own_end - e->buf0};
+  return ss_detect_block_run(ctx, e->be, &e->cfg, &e->m->graph, th, &blk, &e->work, out);
+}
+
+static int same_spike(const ss_spike_list *a, int64_t i, const ss_spike_list *b, int64_t j) {
+  return a->time_samples[i] == b->time_samples[j] && a->time_fraction[i] == b->time_fraction[j] &&
+         a->peak_channel[i] == b->peak_channel[j] && a->amplitude[i] == b->amplitude[j];
+}
+
+/* The end X of the rows whose components are all final: every component first-noded in
+ * [own_from, X) is reported identically by a search over all rows and one that stops Q rows
+ * before the end (live.h). Components come in first-node order, so the final ones form a prefix
+ * P of the full list; X is the first row of component P, found by bisection on the own region. */
+static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
+  const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->Q;
+  *x = e->own_from;
+  if (cut_end <= e->own_from - e->buf0) return SS_OK; /* no row of the own region can be final yet */
+  SS_TRY(detect(ctx, e, &e->every, e->buf_n, R, &e->full));
+  SS_TRY(detect(ctx, e, &e->every, cut_end, R, &e->cut));
+  int64_t P = 0;
+  while (P < e->full.n && P < e->cut.n && same_spike(&e->full, P, &e->cut, P)) P++;
+  if (P == e->full.n) {
+    *x = R;
+    return SS_OK;
+  }
+  if (P == 0) return SS_OK;
+  /* the first row of component P: the largest X with at most P components first-noded before it.
+   * It lies in [own_from, time_P]; components are short, so gallop down from time_P, then bisect. */
+  int64_t hi = e->full.time_samples[P] + 1, lo = e->own_from, step = 1;
+  if (hi > R) hi = R;
+  while (hi - step > lo) {
+    SS_TRY(detect(ctx, e, &e->every, e->buf_n, hi - step, &e->probe));
+    if (e->probe.n <= P) {
+      lo = hi - step;
+      break;
+    }
+    hi -= step;
+    step *= 2;
+  }
+  while (hi - lo > 1) {
+    int64_t mid = lo + (hi - lo) / 2;
+    SS_TRY(detect(ctx, e, &e->every, e->buf_n, mid, &e->probe));
+    if (e->probe.n <= P) lo = mid;
+    else hi = mid;
+  }
+  *x = lo;
+  return SS_OK;
+}
+
+/* 1 when a sample above the strong threshold lies in the rows not scanned yet (they are now). */
+static int new_strong(ss_live_engine *e) {
+  const ss_thresholds *th = &e->m->thresholds;
+  const int C = e->C;
+  const int64_t R = e->buf0 + e->buf_n;
+  int found = 0;
+  for (int64_t t = e->strong_scanned > e->buf0 ? e->strong_scanned : e->buf0; t < R && !found; t++) {
+    const float *x = e->buf + (t - e->buf0) * C;
+    for (int c = 0; c < C && !found; c++)
+      found = e->m->graph.use[c] && ss_detect_signal(th->polarity, x[c]) > th->strong[c];
+  }
+  e->strong_scanned = R;
+  return found;
+}
+
+/* --- the spikes reported while own_from still lies before them ----------------------------------- */
+
+/* A spike is known by its time sample, peak channel and amplitude (the value at its best node:
+ * two components never share a best node). */
+static int is_done(const ss_live_engine *e, const ss_spike_list *l, int64_t i) {
+  for (int64_t k = 0; k < e->n_done; k++)
+    if (e->done[k].t == l->time_samples[i] && e->done[k].ch == l->peak_channel[i] && e->done[k].amp == l->amplitude[i])
+      return 1;
+  return 0;
+}
+
+static ss_status mark_done(ss_ctx *ctx, ss_live_engine *e, const ss_spike_list *l, int64_t i) {
+  SS_TRY(grow(ctx, (void **)&e->done, &e->done_cap, e->n_done + 1, SS_LIVE_MIN_ARRIVALS, sizeof(done_key),
+              "live reported spikes"));
+  e->done[e->n_done++] = (done_key){l->time_samples[i], l->peak_channel[i], l->amplitude[i]};
+  return SS_OK;
+}
+
+/* A spike at time t was first-noded at or before t: once own_from passes t it is never seen again. */
+static void prune_done(ss_live_engine *e) {
+  int64_t k = 0;
+  for (int64_t i = 0; i < e->n_done; i++)
+    if (e->done[i].t >= e->own_from) e->done[k++] = e->done[i];
+  e->n_done = k;
+}
+
+/* --- features, assignment, emission ------------------------------------------------------------- */
+
+static float sq(float v) { return v * v; }
+
+/* Nearest unit centroid: plain Euclidean, or over the channels with mask > 0 on either side. */
+static int32_t nearest_centroid(const ss_live_engine *e, const float *f, const float *mask) {
+  const ss_live_model *m = e->m;
+  const int P = m->n_pcs;
+  double best = INFINITY;
+  int64_t arg = 0;
+  for (int64_t u = 0; u < m->k; u++) {
+    const float *mu = m->centroid + u * e->F, *mm = m->mean_mask + u * e->C;
+    double d = 0;
+    for (int c = 0; c < e->C; c++) {
+      if (e->o.masked_distance && !(mask[c] > 0) && !(mm[c] > 0)) continue;
+      for (int p = 0; p < P; p++) d += sq(f[c * P + p] - mu[c * P + p]);
+    }
+    if (d < best) {
+      best = d;
+      arg = u;
+    }
+  }
+  return m->unit_id[arg];
+}
+
+/* Labels of the n selected spikes (e->sel) from their features (e->features, in selection order). */
+static ss_status assign(ss_ctx *ctx, ss_live_engine *e, int64_t n) {
+  if (e->o.assign == SS_LIVE_KNN)
+    return ss_knn_classify(ctx, e->knn, e->m->ref_labels, &e->knn_opts, e->features, n, 0, e->labels, NULL, NULL,
+                           NULL);
+  for (int64_t k = 0; k < n; k++)
+    e->labels[k] = nearest_centroid(e, e->features + k * e->F, e->spikes.masks + e->sel[k] * e->C);
+  return SS_OK;
+}
+
+/* Arrival time of the push holding sample s (the last push when s lies beyond the stream). */
+static double arrival_of(const ss_live_engine *e, int64_t s) {
+  for (int64_t a = 0; a < e->arr_n; a++)
+    if (e->arr[a].end > s) return e->arr[a].t;
+  return e->arr_n > 0 ? e->arr[e->arr_n - 1].t : ss_now();
+}
+
+static int later(const ss_spike_list *l, int64_t i, int64_t j) {
+  if (l->time_samples[i] != l->time_samples[j]) return l->time_samples[i] > l->time_samples[j];
+  if (l->time_fraction[i] != l->time_fraction[j]) return l->time_fraction[i] > l->time_fraction[j];
+  return i > j;
+}
+
+/* The emission order of the selected spikes: by time (insertion: few, nearly sorted). */
+static void order_by_time(ss_live_engine *e, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t v = i, j = i;
+    while (j > 0 && later(&e->spikes, e->sel[e->order[j - 1]], e->sel[v])) {
+      e->order[j] = e->order[j - 1];
+      j--;
+    }
+    e->order[j] = v;
+  }
+}
+
+/* Features, labels and emission of the n spikes of e->spikes listed in e->sel. */
+static ss_status emit_selected(ss_ctx *ctx, ss_live_engine *e, int64_t n, ss_live_emit_fn emit, void *user) {
+  if (n == 0) return SS_OK;
+  const int64_t per = (int64_t)e->C * e->m->n_wave;
+  SS_TRY(grow(ctx, (void **)&e->wsel, &e->wsel_cap, n * per, SS_LIVE_MIN_ROWS, sizeof(float), "live waveforms"));
+  SS_TRY(grow(ctx, (void **)&e->features, &e->feat_cap, n * e->F, SS_LIVE_MIN_ROWS, sizeof(float), "live features"));
+  SS_TRY(grow(ctx, (void **)&e->labels, &e->labels_cap, n, SS_LIVE_MIN_ROWS, sizeof(int32_t), "live labels"));
+  SS_TRY(grow(ctx, (void **)&e->order, &e->order_cap, n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live order"));
+  for (int64_t k = 0; k < n; k++)
+    memcpy(e->wsel + k * per, e->spikes.waveforms + e->sel[k] * per, (size_t)per * sizeof(float));
+  SS_TRY(ss_pca_project(ctx, e->be, &e->m->pca, e->wsel, n, e->features));
+  SS_TRY(assign(ctx, e, n));
+  order_by_time(e, n);
+  for (int64_t k = 0; k < n; k++) {
+    int64_t j = e->order[k], i = e->sel[j];
+    ss_live_spike s = {.t = e->spikes.time_samples[i],
+                       .unit = e->labels[j],
+                       .channel = e->spikes.peak_channel[i],
+                       .amp = e->spikes.amplitude[i]};
+    double us = (ss_now() - arrival_of(e, s.t + e->m->n_after - 1)) * 1e6;
+    s.latency_us = (float)us;
+    record_latency(&e->stats, us);
+    e->stats.spikes++;
+    SS_TRY(mark_done(ctx, e, &e->spikes, i));
+    SS_TRY(emit(ctx, user, &s));
+  }
+  return SS_OK;
+}
+
+/* The last row the spike's waveform reads: the last window sample (time + n_after − 1) plus the
+ * Catmull–Rom support (floor of the sub-sample position + 2). */
+static int64_t last_row_needed(const ss_live_engine *e, const ss_spike_list *l, int64_t i) {
+  return l->time_samples[i] + e->m->n_after + (l->time_fraction[i] < 0 ? 0 : 1);
+}
+
+/* Report every spike first-noded after own_from that is final and not reported yet. Final: its
+ * component is complete — reported identically by the detection over all rows and by the one
+ * stopping join_size rows before the end (no later node can join it; both lists are in first-node
+ * order, complete components in the same relative order) — and the rows its waveform reads have
+ * arrived. At the end of the stream (final_only = 0) every component is final. e->pending counts
+ * the spikes left for later. */
+static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_live_emit_fn emit, void *user) {
+  const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->m->join_size;
+  SS_TRY(detect(ctx, e, &e->m->thresholds, e->buf_n, R, &e->spikes));
+  ss_spike_list_clear(&e->rcut);
+  if (final_only && cut_end > e->own_from - e->buf0) SS_TRY(detect(ctx, e, &e->m->thresholds, cut_end, R, &e->rcut));
+  SS_TRY(grow(ctx, (void **)&e->sel, &e->sel_cap, e->spikes.n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live selection"));
+  int64_t n = 0, j = 0;
+  e->pending = 0;
+  for (int64_t i = 0; i < e->spikes.n; i++) {
+    int64_t k = j;
+    while (final_only && k < e->rcut.n && !same_spike(&e->spikes, i, &e->rcut, k)) k++;
+    int complete = !final_only || k < e->rcut.n;
+    if (complete && final_only) j = k + 1;
+    if (is_done(e, &e->spikes, i)) continue;
+    if (complete && (!final_only || last_row_needed(e, &e->spikes, i) < R)) e->sel[n++] = i;
+    else e->pending++;
+  }
+  return emit_selected(ctx, e, n, emit, user);
+}
+
+/* --- push / flush ------------------------------------------------------------------------------- */
+
+ss_status ss_live_push(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
+                       ss_live_emit_fn emit, void *user) {
+  if (n <= 0) return SS_OK;
+  e->stats.streams += e->fresh;
+  e->fresh = 0;
+  double behind = ss_now() - t_arrival, block = e->o.block_s > 0 ? e->o.block_s : (double)n / e->m->rate_hz;
+  e->stats.overruns += behind > block;
+  if (behind > e->stats.max_behind_s) e->stats.max_behind_s = behind;
+  e->stats.samples += n;
+  e->stats.blocks++;
+  SS_TRY(buffer_append(ctx, e, rows, n, t_arrival));
+  /* Only a component with a strong node is a spike: nothing new can be reported unless a strong
+   * sample arrived or a spike seen before is still pending. own_from then waits (the buffer grows)
+   * until the pending rows reach max_pending. */
+  int fresh_strong = new_strong(e);
+  if (!fresh_strong && e->pending == 0 && e->buf0 + e->buf_n - e->own_from < e->max_pending) return SS_OK;
+  SS_TRY(emit_final(ctx, e, 1, emit, user));
+  int64_t x;
+  SS_TRY(final_end(ctx, e, &x));
+  e->own_from = x;
+  prune_done(e);
+  return SS_OK;
+}
+
+ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, void *user) {
+  SS_TRY(emit_final(ctx, e, 0, emit, user));
+  e->own_from = e->buf0 + e->buf_n;
+  e->n_done = 0;
+  e->pending = 0;
+  return SS_OK;
+}

@@ -1,0 +1,111 @@
+/* live.h — the live engine (issue #10): raw int16 rows in, labelled spikes out, one push at a time.
+ *
+ * Per push: int16 → µV with the model's scale, causal filter with carried state, append to a rolling
+ * buffer of filtered rows, detection over the buffer (src/detect.h) reporting each component exactly
+ * once and as soon as no later sample can change it, waveforms, features with the model's causal PCA
+ * basis, masks, and assignment: nearest unit centroid or majority vote of the K nearest reference
+ * spikes. Every stage goes through its backend-dispatching entry point, so a CUDA path can slot in.
+ *
+ * Exactly once, as soon as final (docs/live.md). detect.c's rules are untouched; the engine picks
+ * the regions each call searches and owns. own_from: every component first-noded before it has
+ * been handled.
+ *  - Reporting: the spikes first-noded in [own_from, R) are detected over all rows and over the rows
+ *    up to R − join_size; a spike reported identically by both is complete (no later node can join
+ *    it); it is reported when, in addition, the rows its waveform reads (time + n_after − 1 plus the
+ *    cubic interpolation's support) have arrived. Spikes reported while own_from lies before them
+ *    are remembered (time, channel, amplitude) so that no spike is reported twice.
+ *  - Moving own_from: with every component counted (strong threshold = weak, so that a component
+ *    without a strong node yet counts too), the components first-noded before X are final when
+ *    none has a node in the last Q = max(join_size, n_after + 2) rows (both detections report them
+ *    identically; they form a prefix of the first-node order); X is the first row of the first one
+ *    that is not (a galloping search and bisection over the own region's end).
+ *  - Work is skipped while no sample above the strong threshold arrived and no spike is pending.
+ * Nothing is lost: a component still growing only holds own_from back. The buffer keeps a lead-in of
+ * SS_LIVE_LEAD_MS plus the waveform window before own_from (a longer component starting before it
+ * would be seen cut: the offline front end's chunk margins make the same assumption).
+ *
+ * Latency of a spike: ss_now() when its label is ready (just before the emit callback) minus the
+ * arrival time of the push that held its sample time + n_after − 1 (the last waveform sample). */
+#ifndef SS_LIVE_H
+#define SS_LIVE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "src/backend.h"
+#include "src/live_model.h"
+#include "src/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Rows of lead-in the buffer keeps before the first unreported row, in ms (a component longer than
+ * this that starts before the lead-in would be seen cut; the offline front end's slack is the same). */
+#define SS_LIVE_LEAD_MS 2.0
+
+/* Latency histogram: log-spaced bins from 10^MIN_DECADE to 10^MAX_DECADE µs. */
+#define SS_LIVE_HIST_MIN_DECADE 0
+#define SS_LIVE_HIST_MAX_DECADE 7
+#define SS_LIVE_HIST_PER_DECADE 40
+#define SS_LIVE_HIST_BINS ((SS_LIVE_HIST_MAX_DECADE - SS_LIVE_HIST_MIN_DECADE) * SS_LIVE_HIST_PER_DECADE + 2)
+
+typedef enum { SS_LIVE_CENTROID = 0, SS_LIVE_KNN } ss_live_assign_kind;
+
+typedef struct {
+  int assign;          /* ss_live_assign_kind */
+  int64_t k;           /* neighbours for SS_LIVE_KNN */
+  int masked_distance; /* centroid: distance only over channels with mask > 0 on either side */
+  double block_s;      /* overrun threshold: > 0 a fixed block duration, else each push's n / rate */
+} ss_live_opts;
+
+void ss_live_opts_defaults(ss_live_opts *o);
+
+/* One labelled spike. */
+typedef struct {
+  int64_t t;         /* sample of the spike (nearest sample of its sub-sample time) since the stream start */
+  int32_t unit;      /* the offline sort's cluster id */
+  int32_t channel;   /* peak channel */
+  float amp;         /* filtered value at the peak, µV (signed) */
+  float latency_us;
+} ss_live_spike;
+
+/* Called for each spike in time order within a push; a failing status stops the push. */
+typedef ss_status (*ss_live_emit_fn)(ss_ctx *ctx, void *user, const ss_live_spike *s);
+
+typedef struct {
+  int64_t samples;   /* rows pushed */
+  int64_t blocks;    /* pushes */
+  int64_t spikes;    /* spikes emitted */
+  int64_t overruns;  /* pushes whose processing started more than one block duration after arrival */
+  int64_t streams;   /* streams started (ss_live_reset starts a new one) */
+  double max_behind_s; /* largest processing start − arrival */
+  int64_t hist[SS_LIVE_HIST_BINS]; /* latency counts: bin 0 below the range, the last above */
+  double latency_max_us;
+  double latency_sum_us;
+} ss_live_stats;
+
+typedef struct ss_live_engine ss_live_engine;
+
+/* The model is borrowed and must outlive the engine. */
+ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_model *m, const ss_live_opts *o,
+                              ss_live_engine **out);
+/* n rows of n_channels int16 (channel-interleaved) that arrived at t_arrival (ss_now()). */
+ss_status ss_live_push(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
+                       ss_live_emit_fn emit, void *user);
+/* End of stream: report every component still pending (rows after the end read as 0, as offline). */
+ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, void *user);
+/* A new stream (after ss_live_flush): filter state, buffer and sample clock restart; counters stay. */
+void ss_live_reset(ss_live_engine *e);
+void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out);
+void ss_live_engine_close(ss_live_engine *e);
+
+/* Latency percentile (0..100) from the histogram, in µs (the upper edge of the bin; max for 100). */
+double ss_live_stats_percentile_us(const ss_live_stats *s, double pct);
+/* One line: "live: S samples (T s), B blocks, N spikes, O overruns; latency p50 … p99 … max … ms". */
+void ss_live_stats_print(FILE *f, const char *label, const ss_live_stats *s, double rate_hz);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,784 @@
+/* test_live.c — the live engine and `spikestream live` (issue #10), CPU:
+ *  1. exactness: any push size gives the spikes of one causal pass over the whole recording, bit
+ *     for bit, and the CPU front end run causally (filter.causal) finds the same spikes;
+ *  2. agreement with the offline sort: sort → replay → live, labels vs the offline clusters;
+ *  3. the stream end: partial frames, mid-frame end (exit 1), disconnect (exit 0), --reconnect;
+ *  4. overruns are counted when the engine falls behind, and nothing is dropped;
+ *  plus the CLI's usage errors. */
+#include <hdf5.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "build_config.h"
+#include "datasets/simulate.h"
+#include "io/link.h"
+#include "io/source.h"
+#include "params/params.h"
+#include "params/probe.h"
+#include "src/detect.h"
+#include "src/filter.h"
+#include "src/frontend.h"
+#include "src/live.h"
+#include "src/log.h"
+#include "src/live_model.h"
+#include "ss_test.h"
+
+#define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
+#define RATE 30000.0
+#define DURATION 20.0
+#define N_CH 32
+#define UV_PER_STEP 0.195
+#define N_UNITS 4 /* centroids of the hand-made model */
+
+static char bin_path[4096];
+static ss_probe probe;
+static int16_t *raw;     /* the whole recording */
+static int64_t n_rows;
+static ss_live_model model; /* built here from a causal front-end run */
+static ss_spikes fe;        /* that run's spikes */
+
+/* --- a live model from the CPU front end run causally -------------------------------------------- */
+
+static void build_model(ss_ctx *ctx) {
+  ss_params p;
+  ss_params_defaults(&p);
+  p.filter.causal = 1;
+  ss_source_spec spec = {0};
+  spec.path = bin_path;
+  spec.format = SS_FORMAT_BINARY;
+  spec.n_channels = N_CH;
+  spec.rate_hz = RATE;
+  spec.uv_per_step = UV_PER_STEP;
+  ss_source *src;
+  ss_backend be;
+  ss_frontend_model fm;
+  if (ss_source_open(ctx, &spec, &src) != SS_OK) fail_msg("%s", ss_error_message(ctx));
+  assert_int_equal(ss_backend_open(ctx, SS_DEVICE_CPU, 0, 2, &be), SS_OK);
+  if (ss_frontend_run(ctx, &be, &p, src, &probe, &fe, &fm) != SS_OK) fail_msg("%s", ss_error_message(ctx));
+  const ss_source_info *info = ss_source_get_info(src);
+  memset(&model, 0, sizeof(model));
+  model.rate_hz = RATE;
+  model.n_channels = N_CH;
+  model.n_pcs = fm.pca.n_pcs;
+  model.n_before = fm.detect.n_before;
+  model.n_after = fm.detect.n_after;
+  model.n_wave = model.n_before + model.n_after;
+  model.polarity = fm.thresholds.polarity;
+  model.join_size = fm.detect.join_size;
+  model.uv_per_step = malloc(N_CH * sizeof(double));
+  memcpy(model.uv_per_step, info->uv_per_step, N_CH * sizeof(double));
+  model.offset_uv = info->offset_uv;
+  model.filter = fm.filter;
+  model.thresholds = fm.thresholds;
+  model.pca = fm.pca;
+  assert_int_equal(ss_detect_graph_from_probe(ctx, &probe, N_CH, &model.graph), SS_OK);
+  /* units: N_UNITS centroids taken from spikes spread over the run; the reference set is every
+   * front-end spike labelled by its peak channel's group of four */
+  const int F = N_CH * model.n_pcs;
+  model.k = N_UNITS;
+  model.unit_id = malloc(N_UNITS * sizeof(int32_t));
+  model.centroid = malloc((size_t)N_UNITS * F * sizeof(float));
+  model.mean_mask = calloc((size_t)N_UNITS * N_CH, sizeof(float));
+  for (int u = 0; u < N_UNITS; u++) {
+    int64_t i = fe.n * u / N_UNITS;
+    model.unit_id[u] = 10 + u;
+    memcpy(model.centroid + u * F, fe.features + i * F, F * sizeof(float));
+    memcpy(model.mean_mask + u * N_CH, fe.masks + i * N_CH, N_CH * sizeof(float));
+  }
+  model.n_ref = fe.n;
+  model.ref_features = fe.features;
+  model.ref_masks = fe.masks;
+  model.ref_labels = malloc((size_t)fe.n * sizeof(int32_t));
+  for (int64_t i = 0; i < fe.n; i++) model.ref_labels[i] = fe.peak_channel[i] / 4;
+  /* the model owns the front end's thresholds and basis from here (freed in group_teardown) */
+  ss_backend_close(&be);
+  ss_source_close(src);
+}
+
+static int group_setup(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  if (ss_probe_load_file(&ctx, PROBE, 40.0, &probe) != SS_OK) return -1;
+  ss_sim_config c;
+  ss_sim_config_defaults(&c);
+  c.duration_s = DURATION;
+  c.rate_hz = RATE;
+  c.seed = 11;
+  ss_test_path(bin_path, sizeof(bin_path), "sim.bin");
+  if (ss_sim_write(&ctx, &c, &probe, bin_path, SS_SIM_FORMAT_BINARY, 0, NULL) != SS_OK) {
+    fprintf(stderr, "%s\n", ss_error_message(&ctx));
+    return -1;
+  }
+  FILE *f = fopen(bin_path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long bytes = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  n_rows = bytes / (2 * N_CH);
+  raw = malloc((size_t)bytes);
+  size_t got = fread(raw, 1, (size_t)bytes, f);
+  fclose(f);
+  if (got != (size_t)bytes) return -1;
+  build_model(&ctx);
+  return 0;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  free(raw);
+  free(model.uv_per_step);
+  ss_thresholds_free(&model.thresholds);
+  ss_detect_graph_free(&model.graph);
+  ss_pca_free(&model.pca);
+  free(model.unit_id);
+  free(model.centroid);
+  free(model.mean_mask);
+  free(model.ref_labels);
+  ss_spikes_free(&fe);
+  ss_probe_free(&probe);
+  return 0;
+}
+
+/* --- engine runs --------------------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t n, cap;
+  ss_live_spike *s;
+} collected;
+
+static ss_status collect(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+  (void)ctx;
+  collected *c = user;
+  if (c->n == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 1024;
+    c->s = realloc(c->s, (size_t)c->cap * sizeof(*c->s));
+  }
+  c->s[c->n++] = *s;
+  return SS_OK;
+}
+
+static int cmp_spike(const void *a, const void *b) {
+  const ss_live_spike *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->channel > y->channel) - (x->channel < y->channel);
+}
+
+/* Push rows [0, n) in pushes of `push` rows; the spikes sorted by (time, channel). */
+static void run_engine(int64_t n, int64_t push, int assign, collected *out, ss_live_stats *stats) {
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend be;
+  assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be), SS_OK);
+  ss_live_opts o;
+  ss_live_opts_defaults(&o);
+  o.assign = assign;
+  ss_live_engine *e;
+  if (ss_live_engine_open(&ctx, &be, &model, &o, &e) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  memset(out, 0, sizeof(*out));
+  for (int64_t r = 0; r < n; r += push) {
+    int64_t m = n - r < push ? n - r : push;
+    if (ss_live_push(&ctx, e, raw + r * N_CH, m, ss_now(), collect, out) != SS_OK)
+      fail_msg("%s", ss_error_message(&ctx));
+  }
+  if (ss_live_flush(&ctx, e, collect, out) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  if (stats) ss_live_get_stats(e, stats);
+  ss_live_engine_close(e);
+  ss_backend_close(&be);
+  qsort(out->s, (size_t)out->n, sizeof(*out->s), cmp_spike);
+}
+
+/* The reference: one causal pass over rows [0, n) and one detection over all of them. */
+static void whole_pass(int64_t n, ss_spike_list *ref) {
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  float *x = malloc((size_t)n * N_CH * sizeof(float));
+  for (int64_t t = 0; t < n; t++)
+    for (int c = 0; c < N_CH; c++) x[t * N_CH + c] = (float)(raw[t * N_CH + c] * model.uv_per_step[c] + model.offset_uv);
+  ss_filter_state st;
+  assert_int_equal(ss_filter_state_init(&ctx, &model.filter, N_CH, &st), SS_OK);
+  assert_int_equal(ss_filter_causal_cpu(&ctx, &model.filter, &st, x, n, x), SS_OK);
+  ss_filter_state_free(&st);
+  ss_detect_config cfg = {.join_size = model.join_size, .n_before = model.n_before, .n_after = model.n_after};
+  ss_detect_block blk = {.x = x, .n_rows = n, .row0_sample = 0, .search_begin = 0, .search_end = n, .own_begin = 0,
+                         .own_end = n};
+  ss_detect_work w = {0};
+  ss_spike_list_init(&ctx, ref, N_CH, model.n_wave, 0);
+  assert_int_equal(ss_detect_block_cpu(&ctx, &cfg, &model.graph, &model.thresholds, &blk, &w, ref), SS_OK);
+  ss_detect_work_free(&w);
+  free(x);
+}
+
+/* 1. Exactness: pushes of 1, 7, 30 and 317 rows give the whole pass's spikes bit for bit. */
+static void exact_any_push_size(void **state) {
+  (void)state;
+  const int64_t pushes[] = {317, 30, 7, 1};
+  collected first = {0};
+  for (int k = 0; k < 4; k++) {
+    /* one-row pushes cost a detection per row: a quarter of the recording keeps the test short */
+    int64_t n = pushes[k] == 1 ? n_rows / 4 : n_rows;
+    ss_spike_list ref;
+    whole_pass(n, &ref);
+    assert_true(ref.n > 100);
+    collected want = {0};
+    for (int64_t i = 0; i < ref.n; i++) {
+      ss_live_spike s = {.t = ref.time_samples[i], .channel = ref.peak_channel[i], .amp = ref.amplitude[i]};
+      collect(NULL, &want, &s);
+    }
+    qsort(want.s, (size_t)want.n, sizeof(*want.s), cmp_spike);
+    collected got;
+    ss_live_stats stats;
+    double t0 = ss_now();
+    run_engine(n, pushes[k], SS_LIVE_CENTROID, &got, &stats);
+    double secs = ss_now() - t0;
+    printf("push %lld rows: %lld spikes (whole pass %lld) in %.2f s for %.1f s of signal; latency p50 %.1f us\n",
+           (long long)pushes[k], (long long)got.n, (long long)want.n, secs, (double)n / RATE,
+           ss_live_stats_percentile_us(&stats, 50));
+    assert_int_equal(got.n, want.n);
+    for (int64_t i = 0; i < got.n; i++) {
+      assert_int_equal(got.s[i].t, want.s[i].t);
+      assert_int_equal(got.s[i].channel, want.s[i].channel);
+      assert_true(got.s[i].amp == want.s[i].amp);
+      if (k > 0 && got.s[i].t + 2 * model.n_wave < n) assert_int_equal(got.s[i].unit, first.s[i].unit);
+    }
+    assert_int_equal(stats.spikes, got.n);
+    assert_int_equal(stats.samples, n);
+    if (k == 0) first = got;
+    else free(got.s);
+    free(want.s);
+    ss_spike_list_free(&ref);
+  }
+  free(first.s);
+}
+
+/* The finality rules do not depend on join_size = 1: with join_size 3 (components join across two
+ * empty rows) pushes of 7 and 64 rows still give the whole pass's spikes. */
+static void exact_other_join_size(void **state) {
+  (void)state;
+  const int saved = model.join_size;
+  model.join_size = 3;
+  const int64_t n = n_rows / 4, pushes[] = {64, 7};
+  ss_spike_list ref;
+  whole_pass(n, &ref);
+  collected want = {0};
+  for (int64_t i = 0; i < ref.n; i++) {
+    ss_live_spike sp = {.t = ref.time_samples[i], .channel = ref.peak_channel[i], .amp = ref.amplitude[i]};
+    collect(NULL, &want, &sp);
+  }
+  qsort(want.s, (size_t)want.n, sizeof(*want.s), cmp_spike);
+  for (int k = 0; k < 2; k++) {
+    collected got;
+    run_engine(n, pushes[k], SS_LIVE_CENTROID, &got, NULL);
+    assert_int_equal(got.n, want.n);
+    for (int64_t i = 0; i < got.n; i++) {
+      assert_int_equal(got.s[i].t, want.s[i].t);
+      assert_int_equal(got.s[i].channel, want.s[i].channel);
+      assert_true(got.s[i].amp == want.s[i].amp);
+    }
+    free(got.s);
+  }
+  printf("join_size 3: %lld spikes, as the whole pass\n", (long long)want.n);
+  free(want.s);
+  ss_spike_list_free(&ref);
+  model.join_size = saved;
+}
+
+/* 1b. The CPU front end run causally on the whole file (chunks with margins, thresholds of the
+ * model): its spikes match the engine's within one sample on the same channel. */
+static void agrees_with_causal_front_end(void **state) {
+  (void)state;
+  collected got;
+  run_engine(n_rows, 300, SS_LIVE_CENTROID, &got, NULL);
+  int64_t matched = 0, j = 0;
+  for (int64_t i = 0; i < fe.n; i++) {
+    while (j < got.n && got.s[j].t < fe.time_samples[i] - 1) j++;
+    int hit = 0;
+    for (int64_t q = j; q < got.n && got.s[q].t <= fe.time_samples[i] + 1 && !hit; q++)
+      hit = got.s[q].channel == fe.peak_channel[i];
+    matched += hit;
+  }
+  double frac = (double)matched / (double)fe.n;
+  printf("causal front end: %lld spikes, engine %lld; %.4f%% of the front end's within 1 sample on the same channel\n",
+         (long long)fe.n, (long long)got.n, 100.0 * frac);
+  assert_true(frac >= 0.999);
+  assert_true(llabs(got.n - fe.n) <= fe.n / 1000 + 1);
+  free(got.s);
+}
+
+/* KNN assignment gives the same labels for any push size, and labels from the reference set. */
+static void knn_assignment(void **state) {
+  (void)state;
+  collected a, b;
+  run_engine(n_rows / 4, 1000, SS_LIVE_KNN, &a, NULL);
+  run_engine(n_rows / 4, 37, SS_LIVE_KNN, &b, NULL);
+  assert_int_equal(a.n, b.n);
+  int64_t same_group = 0;
+  for (int64_t i = 0; i < a.n; i++) {
+    assert_int_equal(a.s[i].unit, b.s[i].unit);
+    assert_true(a.s[i].unit >= 0 && a.s[i].unit < N_CH / 4);
+    same_group += a.s[i].unit == a.s[i].channel / 4;
+  }
+  /* the reference labels are the peak channel's group: the vote mostly finds it */
+  printf("knn: %lld of %lld spikes labelled with their own channel group\n", (long long)same_group, (long long)a.n);
+  assert_true(same_group >= a.n * 8 / 10);
+  free(a.s);
+  free(b.s);
+}
+
+/* Bad options of the engine: k beyond the reference set. */
+static void engine_errors(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend be;
+  assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be), SS_OK);
+  ss_live_opts o;
+  ss_live_opts_defaults(&o);
+  o.assign = SS_LIVE_KNN;
+  o.k = model.n_ref + 1;
+  ss_live_engine *e;
+  assert_int_equal(ss_live_engine_open(&ctx, &be, &model, &o, &e), SS_ERR_INPUT);
+  char want[256];
+  snprintf(want, sizeof(want), "live: --k: expected 1 .. %lld (the model's reference spikes), got %lld",
+           (long long)model.n_ref, (long long)o.k);
+  assert_string_equal(ss_error_message(&ctx), want);
+  ss_backend_close(&be);
+}
+
+
+/* --- the command line: sort → replay → live ------------------------------------------------------ */
+
+#define CLI_DURATION 30.0
+#define CLI_SOURCE "--format binary --channels 32 --rate 30000 --uv-per-step 0.195"
+#define MATCH_TOLERANCE 3 /* samples between an offline spike (offset-corrected) and its live twin */
+#define EDGE_S 0.002 /* spikes this close to a stream end may differ (their window reaches past it) */
+
+#define PATH_LEN 1024
+static char cli_bin[PATH_LEN + 8], cli_dir[PATH_LEN], cli_model[PATH_LEN + 16], sock_path[PATH_LEN];
+
+static int cli_setup(void **state) {
+  (void)state;
+  char base[PATH_LEN], args[16384], *out = NULL, *err = NULL;
+  ss_test_path(base, sizeof(base), "cli_sim");
+  snprintf(cli_bin, sizeof(cli_bin), "%s.bin", base);
+  ss_test_path(cli_dir, sizeof(cli_dir), "cli_sort");
+  snprintf(cli_model, sizeof(cli_model), "%s/model.h5", cli_dir);
+  ss_test_path(sock_path, sizeof(sock_path), "live.sock");
+  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --seed 3 -q", base, CLI_DURATION);
+  int code = ss_test_run_cli(args, &out, &err);
+  if (code == 0) {
+    free(out);
+    free(err);
+    snprintf(args, sizeof(args), "sort '%s' " CLI_SOURCE " -q -o '%s'", cli_bin, cli_dir);
+    code = ss_test_run_cli(args, &out, &err);
+  }
+  if (code != 0) fprintf(stderr, "setup: exit %d: %s\n", code, err);
+  free(out);
+  free(err);
+  return code == 0 ? 0 : -1;
+}
+
+static int cli_teardown(void **state) {
+  (void)state;
+  return 0;
+}
+
+/* `live LIVE_ARGS` with its stdout and stderr, while `replay REPLAY_ARGS` (if not NULL) sends. */
+static int run_live(const char *replay_args, const char *live_args, char **out, char **err) {
+  char out_path[PATH_LEN], err_path[PATH_LEN], rep_path[PATH_LEN], rc_path[PATH_LEN], cmd[65536];
+  ss_test_path(out_path, sizeof(out_path), "live.out");
+  ss_test_path(err_path, sizeof(err_path), "live.err");
+  ss_test_path(rep_path, sizeof(rep_path), "replay.err");
+  ss_test_path(rc_path, sizeof(rc_path), "live.rc");
+  if (replay_args)
+    snprintf(cmd, sizeof(cmd), "'%s' replay %s >/dev/null 2>'%s' & '%s' live %s >'%s' 2>'%s' </dev/null; echo $? >'%s'; wait",
+             SS_CLI_PATH, replay_args, rep_path, SS_CLI_PATH, live_args, out_path, err_path, rc_path);
+  else
+    snprintf(cmd, sizeof(cmd), "'%s' live %s >'%s' 2>'%s'; echo $? >'%s'", SS_CLI_PATH, live_args, out_path, err_path,
+             rc_path);
+  if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
+  *out = ss_test_slurp(out_path);
+  *err = ss_test_slurp(err_path);
+  char *rc = ss_test_slurp(rc_path);
+  int code = atoi(rc);
+  free(rc);
+  return code;
+}
+
+/* The JSON lines of `live`. */
+static void parse_lines(const char *text, collected *c) {
+  memset(c, 0, sizeof(*c));
+  for (const char *p = text; p && *p;) {
+    long long t;
+    int unit, channel;
+    float amp, lat;
+    if (sscanf(p, "{\"t\": %lld, \"unit\": %d, \"amp\": %f, \"channel\": %d, \"latency_us\": %f}", &t, &unit, &amp,
+               &channel, &lat) != 5)
+      fail_msg("bad line: %.80s", p);
+    ss_live_spike s = {.t = t, .unit = unit, .channel = channel, .amp = amp, .latency_us = lat};
+    collect(NULL, c, &s);
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+}
+
+static int same_spikes(const collected *a, const collected *b) {
+  if (a->n != b->n) return 0;
+  for (int64_t i = 0; i < a->n; i++)
+    if (a->s[i].t != b->s[i].t || a->s[i].unit != b->s[i].unit || a->s[i].channel != b->s[i].channel ||
+        a->s[i].amp != b->s[i].amp)
+      return 0;
+  return 1;
+}
+
+/* A whole dataset of the given type. */
+static void *h5_read(hid_t f, const char *path, hid_t type, size_t size, int64_t *n) {
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  assert_true(d >= 0);
+  hid_t sp = H5Dget_space(d);
+  *n = H5Sget_simple_extent_npoints(sp);
+  void *buf = malloc((size_t)(*n > 0 ? *n : 1) * size);
+  assert_true(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+  H5Sclose(sp);
+  H5Dclose(d);
+  return buf;
+}
+
+/* 2. Agreement with the offline sort: each offline spike's live twin (nearest live spike within
+ * MATCH_TOLERANCE of its time + the model's causal − offline offset) carries the same unit. */
+static double agreement(const char *assign) {
+  char replay[16384], live[16384], *out, *err;
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --to 'unix-listen://%s'", cli_bin, sock_path);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' %s", sock_path, cli_model, assign);
+  int code = run_live(replay, live, &out, &err);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  collected got;
+  parse_lines(out, &got);
+  char results[PATH_LEN + 16];
+  snprintf(results, sizeof(results), "%s/results.h5", cli_dir);
+  hid_t f = H5Fopen(results, H5F_ACC_RDONLY, H5P_DEFAULT), mf = H5Fopen(cli_model, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0 && mf >= 0);
+  int64_t n, n2;
+  int64_t *times = h5_read(f, "/spikes/time_samples", H5T_NATIVE_INT64, sizeof(int64_t), &n);
+  int32_t *clu = h5_read(f, "/spikes/cluster", H5T_NATIVE_INT32, sizeof(int32_t), &n2);
+  assert_int_equal(n, n2);
+  double offset = 0;
+  hid_t g = H5Gopen2(mf, "/live", H5P_DEFAULT), at = H5Aopen(g, "time_offset_samples", H5P_DEFAULT);
+  assert_true(at >= 0 && H5Aread(at, H5T_NATIVE_DOUBLE, &offset) >= 0);
+  H5Aclose(at);
+  H5Gclose(g);
+  H5Fclose(mf);
+  H5Fclose(f);
+  /* the figure at a few tolerances (the asserted one: MATCH_TOLERANCE) */
+  static const int tolerances[] = {1, 2, MATCH_TOLERANCE, 5, 10, 20};
+  int64_t matched = 0, same = 0;
+  for (size_t k = 0; k < sizeof(tolerances) / sizeof(tolerances[0]); k++) {
+    int64_t m = 0, sm = 0, j = 0;
+    for (int64_t i = 0; i < n; i++) {
+      double t = (double)times[i] + offset, tol = tolerances[k];
+      while (j < got.n && (double)got.s[j].t < t - tol) j++;
+      int64_t best = -1;
+      for (int64_t q = j; q < got.n && (double)got.s[q].t <= t + tol; q++)
+        if (best < 0 || fabs(got.s[q].t - t) < fabs(got.s[best].t - t)) best = q;
+      if (best < 0) continue;
+      m++;
+      sm += got.s[best].unit == clu[i];
+    }
+    printf("within %2d samples: %lld of %lld offline spikes matched, %.2f%% of them with the same unit\n",
+           tolerances[k], (long long)m, (long long)n, m ? 100.0 * sm / m : 0.0);
+    if (tolerances[k] == MATCH_TOLERANCE) {
+      matched = m;
+      same = sm;
+    }
+  }
+  double agree = matched ? (double)same / (double)matched : 0;
+  printf("live %s: offline sort %lld spikes, live %lld; %lld offline spikes matched in time (offset %+g samples), "
+         "%.2f%% of them with the same unit\n", assign, (long long)n, (long long)got.n, (long long)matched, offset,
+         100.0 * agree);
+  assert_true(matched >= n / 2);
+  free(times);
+  free(clu);
+  free(got.s);
+  free(out);
+  free(err);
+  return agree;
+}
+
+/* The default assignment (nearest centroid, plain distance) must agree on >= 95 %; the others are
+ * printed for the record (docs/live.md). */
+static void agreement_with_offline_sort(void **state) {
+  (void)state;
+  assert_true(agreement("") >= 0.95);
+  agreement("--distance masked");
+  agreement("--assign knn --k 5");
+}
+
+/* The counters of the summary line ("live: done: S samples (...), B blocks, N spikes, O overruns"). */
+static void parse_summary(const char *err, long long *samples, long long *spikes, long long *overruns) {
+  const char *p = strstr(err, "live: done: ");
+  if (!p) fail_msg("no summary in: %s", err);
+  long long blocks;
+  double secs;
+  if (sscanf(p, "live: done: %lld samples (%lf s), %lld blocks, %lld spikes, %lld overruns", samples, &secs, &blocks,
+             spikes, overruns) != 5)
+    fail_msg("bad summary: %s", p);
+}
+
+static collected file_ref; /* `live --source FILE` on the whole recording */
+
+static void live_on_file(const char *path, collected *c, int want_code, char **err_out) {
+  char live[8192], *out, *err;
+  snprintf(live, sizeof(live), "--source '%s' --model '%s'", path, cli_model);
+  int code = run_live(NULL, live, &out, &err);
+  if (code != want_code) fail_msg("live: exit %d: %s", code, err);
+  parse_lines(out, c);
+  free(out);
+  if (err_out) *err_out = err;
+  else free(err);
+}
+
+typedef struct {
+  const char *uri;
+  const unsigned char *bytes;
+  size_t n;
+  ss_status st;
+} odd_writer;
+
+/* Send the recording in writes of odd sizes (a frame is 64 bytes). */
+static void *odd_writer_main(void *arg) {
+  odd_writer *w = arg;
+  static const size_t sizes[] = {1, 3, 64, 7, 1001, 2, 129, 63, 4099};
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_link *l;
+  w->st = ss_link_open(&ctx, w->uri, SS_LINK_WRITE, 10.0, &l);
+  if (w->st != SS_OK) return NULL;
+  for (size_t off = 0, k = 0; off < w->n && w->st == SS_OK; k++) {
+    size_t m = sizes[k % (sizeof(sizes) / sizeof(sizes[0]))];
+    if (m > w->n - off) m = w->n - off;
+    w->st = ss_link_write(&ctx, l, w->bytes + off, m);
+    off += m;
+  }
+  ss_link_close(l);
+  return NULL;
+}
+
+/* 3. The same spikes from a file, from stdin, from replay over a UNIX socket and from writes of odd
+ * sizes (partial frames) over a socket; a disconnect ends with exit 0 and the summary. */
+static void sources_and_partial_frames(void **state) {
+  (void)state;
+  live_on_file(cli_bin, &file_ref, 0, NULL);
+  assert_true(file_ref.n > 1000);
+  char live[16384], replay[16384], uri[PATH_LEN + 16], *out, *err;
+  /* stdin */
+  snprintf(live, sizeof(live), "--source - --model '%s' --stats-every 0.05 < '%s'", cli_model, cli_bin);
+  int code = run_live(NULL, live, &out, &err);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  collected got;
+  parse_lines(out, &got);
+  assert_true(same_spikes(&got, &file_ref));
+  /* counter lines while it ran (it takes well over 0.05 s), then the summary */
+  int periodic = 0;
+  for (const char *line = err; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+    periodic += strncmp(line, "live: ", 6) == 0 && line[6] >= '0' && line[6] <= '9';
+  if (periodic < 1) fail_msg("no counter line in: %s", err);
+  assert_non_null(strstr(err, "live: done: "));
+  free(got.s);
+  free(out);
+  free(err);
+  /* replay over a UNIX socket, 2 ms blocks at full speed; the disconnect ends the run */
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 2 --to 'unix-listen://%s'", cli_bin,
+           sock_path);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'", sock_path, cli_model);
+  code = run_live(replay, live, &out, &err);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  parse_lines(out, &got);
+  assert_true(same_spikes(&got, &file_ref));
+  long long samples, spikes, overruns;
+  parse_summary(err, &samples, &spikes, &overruns);
+  assert_int_equal(samples, (long long)(CLI_DURATION * RATE));
+  assert_int_equal(spikes, file_ref.n);
+  free(got.s);
+  free(out);
+  free(err);
+  /* odd write sizes */
+  size_t n_bytes = (size_t)(CLI_DURATION * RATE) * N_CH * sizeof(int16_t);
+  FILE *f = fopen(cli_bin, "rb");
+  unsigned char *bytes = malloc(n_bytes);
+  assert_true(f && fread(bytes, 1, n_bytes, f) == n_bytes);
+  fclose(f);
+  snprintf(uri, sizeof(uri), "unix-listen://%s", sock_path);
+  odd_writer w = {.uri = uri, .bytes = bytes, .n = n_bytes};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, odd_writer_main, &w), 0);
+  code = run_live(NULL, live, &out, &err);
+  pthread_join(th, NULL);
+  assert_int_equal(w.st, SS_OK);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  parse_lines(out, &got);
+  assert_true(same_spikes(&got, &file_ref));
+  free(got.s);
+  free(out);
+  free(err);
+  free(bytes);
+}
+
+/* A stream that ends mid-frame: every whole row is processed (the spikes of the whole rows alone),
+ * the message names the partial frame, exit 1. */
+static void mid_frame_end(void **state) {
+  (void)state;
+  const int64_t rows = 123457;
+  const size_t extra = 5, frame = N_CH * sizeof(int16_t);
+  char whole[PATH_LEN], cut[PATH_LEN];
+  ss_test_path(whole, sizeof(whole), "whole.bin");
+  ss_test_path(cut, sizeof(cut), "cut.bin");
+  FILE *in = fopen(cli_bin, "rb"), *a = fopen(whole, "wb"), *b = fopen(cut, "wb");
+  assert_true(in && a && b);
+  unsigned char *buf = malloc((size_t)rows * frame + extra);
+  assert_true(fread(buf, 1, (size_t)rows * frame + extra, in) == (size_t)rows * frame + extra);
+  assert_true(fwrite(buf, 1, (size_t)rows * frame, a) == (size_t)rows * frame);
+  assert_true(fwrite(buf, 1, (size_t)rows * frame + extra, b) == (size_t)rows * frame + extra);
+  fclose(in);
+  fclose(a);
+  fclose(b);
+  free(buf);
+  collected want, got;
+  char *err;
+  live_on_file(whole, &want, 0, NULL);
+  live_on_file(cut, &got, 1, &err);
+  assert_true(want.n > 100);
+  assert_true(same_spikes(&got, &want));
+  char msg[PATH_LEN + 256];
+  snprintf(msg, sizeof(msg), "spikestream live: %s: stream ended mid-frame: %zu of %zu bytes of a frame (%lld rows received)\n",
+           cut, extra, frame, (long long)rows);
+  if (!strstr(err, msg)) fail_msg("expected \"%s\" in: %s", msg, err);
+  long long samples, spikes, overruns;
+  if (!strstr(err, "live: stopped: ")) fail_msg("no summary in: %s", err);
+  (void)samples;
+  (void)spikes;
+  (void)overruns;
+  free(err);
+  free(want.s);
+  free(got.s);
+}
+
+/* --reconnect: a second connection is accepted after the first disconnects; counters go on. */
+static void reconnect(void **state) {
+  (void)state;
+  char out_path[PATH_LEN], err_path[PATH_LEN], rc_path[PATH_LEN], cmd[65536];
+  ss_test_path(out_path, sizeof(out_path), "rec.out");
+  ss_test_path(err_path, sizeof(err_path), "rec.err");
+  ss_test_path(rc_path, sizeof(rc_path), "rec.rc");
+  const double second_s = 5.0;
+  snprintf(cmd, sizeof(cmd),
+           "'%s' live --reconnect --source 'unix-listen://%s' --model '%s' >'%s' 2>'%s' & pid=$!; "
+           "'%s' replay '%s' " CLI_SOURCE " --speed 0 --to 'unix://%s' 2>/dev/null && "
+           "'%s' replay '%s' " CLI_SOURCE " --speed 0 --duration %g --to 'unix://%s' 2>/dev/null; "
+           "sleep 2; kill -TERM $pid; wait $pid; echo $? >'%s'",
+           SS_CLI_PATH, sock_path, cli_model, out_path, err_path, SS_CLI_PATH, cli_bin, sock_path, SS_CLI_PATH, cli_bin,
+           second_s, sock_path, rc_path);
+  if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
+  char *out = ss_test_slurp(out_path), *err = ss_test_slurp(err_path), *rc = ss_test_slurp(rc_path);
+  if (atoi(rc) != 0) fail_msg("live --reconnect: exit %s: %s", rc, err);
+  collected got;
+  parse_lines(out, &got);
+  long long samples, spikes, overruns;
+  parse_summary(err, &samples, &spikes, &overruns);
+  assert_int_equal(samples, (long long)((CLI_DURATION + second_s) * RATE));
+  assert_int_equal(spikes, got.n);
+  /* the first stream gives the file's spikes, the second (times from 0 again) those of its 5 s */
+  int64_t early = 0;
+  for (int64_t i = 0; i < file_ref.n; i++) early += file_ref.s[i].t < (int64_t)((second_s - EDGE_S) * RATE);
+  printf("reconnect: %lld spikes over two connections (%lld + about %lld)\n", (long long)got.n, (long long)file_ref.n,
+         (long long)early);
+  assert_true(got.n >= file_ref.n + early && got.n <= file_ref.n + early + 2);
+  free(got.s);
+  free(out);
+  free(err);
+  free(rc);
+}
+
+/* 4. Replay at full speed in 1 ms blocks: the engine falls behind, overruns are counted, and every
+ * spike still comes out. */
+static void overruns_counted_nothing_dropped(void **state) {
+  (void)state;
+  char replay[16384], live[16384], *out, *err;
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 1 --to 'unix-listen://%s'", cli_bin,
+           sock_path);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' --block-ms 1 --format binary", sock_path, cli_model);
+  int code = run_live(replay, live, &out, &err);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  long long samples, spikes, overruns;
+  parse_summary(err, &samples, &spikes, &overruns);
+  printf("%s", err);
+  assert_true(overruns > 0);
+  assert_int_equal(spikes, file_ref.n);
+  free(out);
+  free(err);
+}
+
+/* Usage errors and the parts not built yet. */
+static void cli_errors(void **state) {
+  (void)state;
+  static const struct {
+    const char *args;
+    int code;
+    const char *msg;
+  } cases[] = {
+      {"live --model m.h5", 2, "spikestream live: --source URI is required\n"},
+      {"live --source -", 2, "spikestream live: --model M (or --train-seconds S) is required\n"},
+      {"live --source - --model m.h5 --format xml", 2, "spikestream live: --format: expected json or binary, got \"xml\"\n"},
+      {"live --source - --model m.h5 --assign vote", 2, "spikestream live: --assign: expected centroid or knn, got \"vote\"\n"},
+      {"live --source - --model m.h5 --k 0", 2, "spikestream live: --k: expected an integer in [1, 2147483647], got \"0\"\n"},
+      {"live --source - --model m.h5 --block-ms 0", 2, "spikestream live: --block-ms: expected a number in (0, 60000], got \"0\"\n"},
+      {"live --source - --train-seconds 60", 3, "spikestream live: --train-seconds: not implemented yet (give --model M from `spikestream sort`)\n"},
+      {"live --source - --model m.h5 --device cuda", 3, "spikestream live: the CUDA path is not built yet\n"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char *out, *err;
+    int code = ss_test_run_cli(cases[i].args, &out, &err);
+    if (code != cases[i].code || strncmp(err, cases[i].msg, strlen(cases[i].msg)) != 0)
+      fail_msg("%s: exit %d, stderr: %s (expected %d, %s)", cases[i].args, code, err, cases[i].code, cases[i].msg);
+    free(out);
+    free(err);
+  }
+  /* a missing model file, a missing source file: exit 1 naming the file */
+  char args[2 * PATH_LEN + 128], want[PATH_LEN + 128], missing[PATH_LEN], *out, *err;
+  ss_test_path(missing, sizeof(missing), "missing.bin");
+  snprintf(args, sizeof(args), "live --source - --model '%s'", missing);
+  snprintf(want, sizeof(want), "spikestream live: %s: cannot open as an HDF5 model file\n", missing);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 1);
+  if (strncmp(err, want, strlen(want)) != 0) fail_msg("stderr: %s (expected %s)", err, want);
+  free(out);
+  free(err);
+  snprintf(args, sizeof(args), "live --source '%s' --model '%s'", missing, cli_model);
+  snprintf(want, sizeof(want), "spikestream live: %s: cannot open for reading: No such file or directory\n", missing);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 1);
+  if (!strstr(err, want)) fail_msg("stderr: %s (expected %s)", err, want);
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(exact_any_push_size),
+      cmocka_unit_test(exact_other_join_size),
+      cmocka_unit_test(agrees_with_causal_front_end),
+      cmocka_unit_test(knn_assignment),
+      cmocka_unit_test(engine_errors),
+  };
+  const struct CMUnitTest cli_tests[] = {
+      cmocka_unit_test(agreement_with_offline_sort),
+      cmocka_unit_test(sources_and_partial_frames),
+      cmocka_unit_test(mid_frame_end),
+      cmocka_unit_test(reconnect),
+      cmocka_unit_test(overruns_counted_nothing_dropped),
+      cmocka_unit_test(cli_errors),
+  };
+  int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);
+  return failed + cmocka_run_group_tests(cli_tests, cli_setup, cli_teardown);
+}
