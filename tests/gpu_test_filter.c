@@ -220,6 +220,9 @@ static void causal_case(backends *b, int C, uint64_t stream) {
   }
   assert_int_equal(sg.started, 1);
 #if SS_HAVE_CUDA
+  /* the kernels ran on the backend's non-blocking stream: the legacy default stream's copy does not
+   * wait for them */
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
   assert_int_equal(cudaMemcpy(dev, d_x, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   cudaFree(d_z);
   cudaFree(d_x);
