@@ -30,26 +30,7 @@
 
 static uint64_t seed;
 
-typedef struct {
-  ss_backend cpu, gpu;
-} backends;
-
-static int setup(void **state) {
-  static backends b;
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  if (ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 0, &b.cpu) != SS_OK) return -1;
-  if (ss_backend_open(&ctx, SS_DEVICE_CUDA, 0, 0, &b.gpu) != SS_OK) return -1;
-  *state = &b;
-  return 0;
-}
-
-static int teardown(void **state) {
-  backends *b = *state;
-  ss_backend_close(&b->cpu);
-  ss_backend_close(&b->gpu);
-  return 0;
-}
+typedef ss_test_backends backends;
 
 /* n × C samples: per-channel DC offset and noise scale, negative bumps spread over a few neighbouring
  * channels every ~600 rows; quantised to integers when `ties` (many equal values). */
@@ -484,5 +465,5 @@ int main(void) {
       cmocka_unit_test(thresholds_match_cpu),    cmocka_unit_test(errors_match_cpu),
       cmocka_unit_test(chunk_timing),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, ss_test_backends_setup, ss_test_backends_teardown);
 }

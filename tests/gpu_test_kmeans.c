@@ -14,26 +14,7 @@
 #define CENTROID_RTOL 1e-5
 #define INERTIA_RTOL 1e-9
 
-typedef struct {
-  ss_backend cpu, gpu;
-} backends;
-
-static int setup(void **state) {
-  static backends b;
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  if (ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 0, &b.cpu) != SS_OK) return -1;
-  if (ss_backend_open(&ctx, SS_DEVICE_CUDA, 0, 0, &b.gpu) != SS_OK) return -1;
-  *state = &b;
-  return 0;
-}
-
-static int teardown(void **state) {
-  backends *b = *state;
-  ss_backend_close(&b->cpu);
-  ss_backend_close(&b->gpu);
-  return 0;
-}
+typedef ss_test_backends backends;
 
 /* Blobs: `centres` centres uniform in [-10, 10]^d plus unit normal noise, offset by 50 so that the
  * data are not centred (the shift matters). */
@@ -152,5 +133,5 @@ int main(void) {
       cmocka_unit_test(random_init_and_tolerance),
       cmocka_unit_test(empty_cluster_reseeded),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, ss_test_backends_setup, ss_test_backends_teardown);
 }

@@ -15,6 +15,23 @@ void ss_test_require_gpu(void) {
   exit(SS_TEST_SKIP);
 }
 
+int ss_test_backends_setup(void **state) {
+  static ss_test_backends b;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  if (ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 0, &b.cpu) != SS_OK) return -1;
+  if (ss_backend_open(&ctx, SS_DEVICE_CUDA, 0, 0, &b.gpu) != SS_OK) return -1;
+  *state = &b;
+  return 0;
+}
+
+int ss_test_backends_teardown(void **state) {
+  ss_test_backends *b = *state;
+  ss_backend_close(&b->cpu);
+  ss_backend_close(&b->gpu);
+  return 0;
+}
+
 static char tmpdir[256];
 
 static void remove_tmpdir(void) {

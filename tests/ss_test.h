@@ -17,6 +17,13 @@
 
 /* For GPU test programs: print "skipped: no CUDA device (...)" and exit 77 when there is none. */
 void ss_test_require_gpu(void);
+/* A CPU and a CUDA backend for the GPU group's CPU-vs-GPU tests: CMocka group setup/teardown, *state
+ * points at the pair. */
+typedef struct {
+  ss_backend cpu, gpu;
+} ss_test_backends;
+int ss_test_backends_setup(void **state);
+int ss_test_backends_teardown(void **state);
 
 /* Run the spikestream binary with `args` (a shell-quoted string); capture stdout and stderr
  * (malloc'd, NUL-terminated) and return the exit code. */
