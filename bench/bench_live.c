@@ -1,5 +1,5 @@
 /* bench_live.c — live-mode latency and throughput (issue #10) on a simulated 32-channel 30 kHz
- * recording with the model of an in-process `sort` of it (model.h5, /live).
+ * recording with the model of an in-process `sort` of it (model.h5, /live), CPU and CUDA engines.
  *
  * Per block size B (ms):
  *  - paced: a sender thread writes B-ms blocks over a UNIX socket (io/link.h) on an absolute real-time
@@ -7,13 +7,18 @@
  *    the engine's latency (label ready − arrival of the read holding the spike's last waveform
  *    sample) p50/p99/max, the end-to-end latency from the send time of that block, overruns, and the
  *    fraction of wall time the engine was busy;
- *  - unpaced: the whole recording pushed in B-ms blocks as fast as possible: × real time.
+ *  - unpaced: the whole recording pushed in B-ms blocks as fast as possible: × real time. It runs
+ *    first, so that the paced run finds the device warm (CUDA context, cuBLAS, the push graphs).
  * Channel counts other than 32 use a generated two-column linear probe (10 µm pitch) and 20 units
- * per 32 channels. Writes bench/results/live.json (DESIGN §10) with summary p99_ms_32ch_5ms_cpu (the
- * GPU keys come with the CUDA path: the backend is a parameter of every run here).
+ * per 32 channels. A paced replay longer than the recording loops it (--cases C:B:D:S with S above
+ * --seconds): the model stays the one of the recording's sort. Writes bench/results/live.json
+ * (DESIGN §10): case names end in _cpu / _gpu; summary p99_ms_32ch_5ms_cpu, p50_ms_32ch_1ms_gpu,
+ * p99_ms_32ch_1ms_gpu, overruns_32ch_1ms_gpu.
  *
- * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--out FILE] [--tmpdir DIR]
- *                   [--device cpu] */
+ * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]
+ *                   [--cases C:B:D[:S],...] [--sort-device D] [--out FILE] [--tmpdir DIR]
+ * --cases lists the cases (channels : block ms : cpu|cuda : paced seconds) instead of the product of
+ * --channels × --device × --blocks; consecutive cases with one channel count share a workload. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,15 +50,28 @@
 #define MS_PER_S 1000.0
 #define CONNECT_TIMEOUT_S 10.0
 #define READ_BLOCKS 4 /* a read delivers at most this many blocks (when the engine lags) */
+#define MAX_CASES 64
+#define MAX_DEVICES 2
 
 typedef struct {
-  double seconds;
+  int channels;
+  double block_ms;
+  ss_device_kind device;
+  double seconds; /* paced replay */
+} bench_case;
+
+typedef struct {
+  double seconds; /* the recording */
   double blocks_ms[MAX_BLOCKS];
   int n_blocks;
   int channels[MAX_CHANNEL_COUNTS];
   int n_channel_counts;
+  ss_device_kind devices[MAX_DEVICES];
+  int n_devices;
+  bench_case cases[MAX_CASES];
+  int n_cases;
   const char *out, *tmpdir;
-  ss_device_kind device;
+  ss_device_kind sort_device;
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -119,7 +137,7 @@ static ss_status make_workload(ss_ctx *ctx, const bench_args *a, workload *w) {
   o.spec.uv_per_step = UV_PER_STEP;
   o.probe_path = w->probe;
   o.out_dir = w->dir;
-  o.device = SS_DEVICE_CPU;
+  o.device = a->sort_device;
   ss_sort_summary sum;
   memset(&sum, 0, sizeof(sum));
   double t0 = ss_now();
@@ -147,6 +165,8 @@ typedef struct {
   const workload *w;
   const char *uri;
   int64_t block_rows;
+  int64_t total_rows; /* rows sent: the recording looped when longer */
+  int16_t *tmp;       /* a block that wraps around the recording's end */
   double *t_send;   /* per block */
   double t0;
   ss_status st;
@@ -167,11 +187,17 @@ static void *sender_main(void *arg) {
   ss_link *l = NULL;
   s->st = ss_link_open(&ctx, s->uri, SS_LINK_WRITE, CONNECT_TIMEOUT_S, &l);
   s->t0 = ss_now();
-  for (int64_t r = 0, b = 0; r < s->w->n_rows && s->st == SS_OK; r += s->block_rows, b++) {
-    int64_t n = s->w->n_rows - r < s->block_rows ? s->w->n_rows - r : s->block_rows;
+  const int64_t C = s->w->C, R = s->w->n_rows;
+  for (int64_t r = 0, b = 0; r < s->total_rows && s->st == SS_OK; r += s->block_rows, b++) {
+    int64_t n = s->total_rows - r < s->block_rows ? s->total_rows - r : s->block_rows;
+    const int16_t *p = s->w->raw + (r % R) * C;
+    if (r % R + n > R) { /* wraps: assemble it */
+      for (int64_t k = 0; k < n; k++) memcpy(s->tmp + k * C, s->w->raw + ((r + k) % R) * C, (size_t)C * sizeof(int16_t));
+      p = s->tmp;
+    }
     sleep_until(s->t0 + (double)(r + n) / RATE); /* a block leaves once its last sample exists */
     s->t_send[b] = ss_now();
-    s->st = ss_link_write(&ctx, l, s->w->raw + r * s->w->C, (size_t)n * s->w->C * sizeof(int16_t));
+    s->st = ss_link_write(&ctx, l, p, (size_t)(n * C) * sizeof(int16_t));
   }
   if (s->st != SS_OK) snprintf(s->msg, sizeof(s->msg), "%s", ss_error_message(&ctx));
   ss_link_close(l);
@@ -197,7 +223,7 @@ static ss_status count_spike(ss_ctx *ctx, void *user, const ss_live_spike *s) {
     c->e2e_us = p;
   }
   int64_t last = s->t + c->n_after - 1, b = last / c->snd->block_rows;
-  int64_t n_blocks = (c->snd->w->n_rows + c->snd->block_rows - 1) / c->snd->block_rows;
+  int64_t n_blocks = (c->snd->total_rows + c->snd->block_rows - 1) / c->snd->block_rows;
   if (b >= n_blocks) b = n_blocks - 1;
   c->e2e_us[c->n++] = (ss_now() - c->snd->t_send[b]) * 1e6;
   return SS_OK;
@@ -209,7 +235,7 @@ typedef struct {
 } run_result;
 
 static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w, double block_ms,
-                           run_result *res) {
+                           double seconds, run_result *res) {
   ss_live_opts o;
   ss_live_opts_defaults(&o);
   o.block_s = block_ms / MS_PER_S;
@@ -219,9 +245,13 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   snprintf(path, sizeof(path), "%s/bench_live_%d.sock", a->tmpdir, (int)getpid());
   snprintf(listen_uri, sizeof(listen_uri), "unix-listen://%s", path);
   snprintf(connect_uri, sizeof(connect_uri), "unix://%s", path);
-  sender snd = {.w = w, .uri = listen_uri, .block_rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5)};
-  int64_t n_blocks = (w->n_rows + snd.block_rows - 1) / snd.block_rows;
+  sender snd = {.w = w,
+                .uri = listen_uri,
+                .block_rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5),
+                .total_rows = (int64_t)(seconds * RATE + 0.5)};
+  int64_t n_blocks = (snd.total_rows + snd.block_rows - 1) / snd.block_rows;
   ss_status st = SS_CALLOC(ctx, snd.t_send, (size_t)n_blocks, "send times");
+  if (st == SS_OK) st = SS_ALLOC(ctx, snd.tmp, (size_t)(snd.block_rows * w->C), "send block");
   pthread_t th;
   int started = st == SS_OK && pthread_create(&th, NULL, sender_main, &snd) == 0;
   ss_link *l = NULL;
@@ -251,6 +281,7 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   res->e2e_max_us = percentile(cnt.e2e_us, cnt.n, 100);
   free(cnt.e2e_us);
   free(snd.t_send);
+  free(snd.tmp);
   ss_frame_reader_close(r);
   ss_link_close(l);
   ss_live_engine_close(e);
@@ -279,26 +310,65 @@ static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const workload *
 
 /* --- driver ---------------------------------------------------------------------------------------- */
 
+static const char usage[] =
+    "usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]\n"
+    "                  [--cases C:B:D[:S],...] [--sort-device D] [--out FILE] [--tmpdir DIR]\n";
+
+static int parse_device(const char *text, ss_device_kind *out) {
+  ss_ctx ctx;
+  ss_ctx_init(&ctx);
+  return ss_device_kind_parse(&ctx, text, out) == SS_OK && *out != SS_DEVICE_AUTO;
+}
+
+/* "C:B:D[:S]" cases, comma-separated. */
+static int parse_cases(const char *v, bench_args *a) {
+  a->n_cases = 0;
+  for (const char *p = v; *p; p += strcspn(p, ","), p += *p == ',') {
+    char item[64], dev[16] = "";
+    size_t len = strcspn(p, ",");
+    if (len >= sizeof(item) || a->n_cases == MAX_CASES) return 0;
+    memcpy(item, p, len);
+    item[len] = 0;
+    bench_case *c = &a->cases[a->n_cases];
+    c->seconds = 0;
+    int got = sscanf(item, "%d:%lf:%15[a-z]:%lf", &c->channels, &c->block_ms, dev, &c->seconds);
+    if (got < 3 || !parse_device(dev, &c->device) || c->channels < 2 || c->channels % 2 || !(c->block_ms > 0))
+      return 0;
+    a->n_cases++;
+  }
+  return a->n_cases > 0;
+}
+
 static int parse_args(int argc, char **argv, bench_args *a) {
+  memset(a, 0, sizeof(*a));
   a->seconds = DEFAULT_SECONDS;
   a->out = "bench/results/live.json";
   a->tmpdir = "/tmp";
-  a->device = SS_DEVICE_CPU;
+  a->devices[0] = SS_DEVICE_CPU;
+  a->n_devices = 1;
+  a->sort_device = SS_DEVICE_CPU;
   const double defaults[] = {1, 2, 5, 10};
   a->n_blocks = 4;
   memcpy(a->blocks_ms, defaults, sizeof(defaults));
   a->channels[0] = 32;
   a->n_channel_counts = 1;
+  const char *cases = NULL;
   for (int i = 1; i < argc; i++) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return fprintf(stderr, "bench_live: %s needs a value\n", argv[i]), 2;
     if (strcmp(argv[i], "--seconds") == 0) a->seconds = atof(v);
     else if (strcmp(argv[i], "--out") == 0) a->out = v;
     else if (strcmp(argv[i], "--tmpdir") == 0) a->tmpdir = v;
-    else if (strcmp(argv[i], "--device") == 0) {
-      ss_ctx ctx;
-      ss_ctx_init(&ctx);
-      if (ss_device_kind_parse(&ctx, v, &a->device) != SS_OK) return fprintf(stderr, "bench_live: --device %s\n", v), 2;
+    else if (strcmp(argv[i], "--cases") == 0) cases = v;
+    else if (strcmp(argv[i], "--sort-device") == 0) {
+      if (!parse_device(v, &a->sort_device)) return fprintf(stderr, "bench_live: --sort-device %s\n", v), 2;
+    } else if (strcmp(argv[i], "--device") == 0) {
+      a->n_devices = 0;
+      for (const char *p = v; *p && a->n_devices < MAX_DEVICES; p += strcspn(p, ","), p += *p == ',') {
+        char dev[16];
+        snprintf(dev, sizeof(dev), "%.*s", (int)strcspn(p, ","), p);
+        if (!parse_device(dev, &a->devices[a->n_devices++])) return fprintf(stderr, "bench_live: --device %s\n", v), 2;
+      }
     } else if (strcmp(argv[i], "--blocks") == 0) {
       a->n_blocks = 0;
       for (const char *p = v; *p && a->n_blocks < MAX_BLOCKS; p += strcspn(p, ","), p += *p == ',')
@@ -308,26 +378,40 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       for (const char *p = v; *p && a->n_channel_counts < MAX_CHANNEL_COUNTS; p += strcspn(p, ","), p += *p == ',')
         a->channels[a->n_channel_counts++] = atoi(p);
     } else {
-      return fprintf(stderr, "usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--out FILE] "
-                             "[--tmpdir DIR] [--device cpu]\n"), 2;
+      return fprintf(stderr, "%s", usage), 2;
     }
     i++;
   }
   if (!(a->seconds >= 1)) return fprintf(stderr, "bench_live: --seconds: expected >= 1\n"), 2;
   for (int i = 0; i < a->n_channel_counts; i++)
     if (a->channels[i] < 2 || a->channels[i] % 2) return fprintf(stderr, "bench_live: --channels: expected even counts >= 2\n"), 2;
+  if (cases) {
+    if (!parse_cases(cases, a)) return fprintf(stderr, "bench_live: --cases %s: expected C:B:cpu|cuda[:S],...\n", cases), 2;
+  } else {
+    for (int ci = 0; ci < a->n_channel_counts; ci++)
+      for (int d = 0; d < a->n_devices; d++)
+        for (int b = 0; b < a->n_blocks && a->n_cases < MAX_CASES; b++)
+          a->cases[a->n_cases++] = (bench_case){a->channels[ci], a->blocks_ms[b], a->devices[d], 0};
+  }
+  for (int i = 0; i < a->n_cases; i++)
+    if (!(a->cases[i].seconds > 0)) a->cases[i].seconds = a->seconds;
   return 0;
 }
 
-static void add_case(ss_bench_doc *doc, const workload *w, double block_ms, const run_result *p, const run_result *u,
-                     double seconds) {
+static const char *device_tag(ss_device_kind d) { return d == SS_DEVICE_CUDA ? "gpu" : "cpu"; }
+
+static void add_case(ss_bench_doc *doc, const workload *w, const bench_case *bc, const run_result *p,
+                     const run_result *u, double seconds) {
   char name[64];
-  snprintf(name, sizeof(name), "%dch_%gms", w->C, block_ms);
+  const double block_ms = bc->block_ms;
+  snprintf(name, sizeof(name), "%dch_%gms_%s", w->C, block_ms, device_tag(bc->device));
   cJSON *c = ss_bench_case(doc, name);
+  cJSON_AddStringToObject(c, "device", device_tag(bc->device));
   cJSON_AddNumberToObject(c, "channels", w->C);
   cJSON_AddNumberToObject(c, "rate_hz", RATE);
   cJSON_AddNumberToObject(c, "block_ms", block_ms);
-  cJSON_AddNumberToObject(c, "seconds", seconds);
+  cJSON_AddNumberToObject(c, "seconds", bc->seconds);
+  cJSON_AddNumberToObject(c, "recording_seconds", seconds);
   cJSON_AddNumberToObject(c, "units", (double)w->model.k);
   cJSON_AddNumberToObject(c, "spikes", (double)p->stats.spikes);
   cJSON_AddNumberToObject(c, "blocks", (double)p->stats.blocks);
@@ -338,17 +422,40 @@ static void add_case(ss_bench_doc *doc, const workload *w, double block_ms, cons
   cJSON_AddNumberToObject(c, "e2e_p99_ms", 1e-3 * p->e2e_p99_us);
   cJSON_AddNumberToObject(c, "e2e_max_ms", 1e-3 * p->e2e_max_us);
   cJSON_AddNumberToObject(c, "overruns", (double)p->stats.overruns);
+  cJSON_AddNumberToObject(c, "max_behind_ms", 1e3 * p->stats.max_behind_s);
+  cJSON_AddNumberToObject(c, "graph_pushes", (double)p->stats.graph_pushes);
   cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_s", u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_x_realtime", seconds / u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_spikes", (double)u->stats.spikes);
-  printf("%2d ch, %4g ms blocks: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms (end to end p50 %.3f, p99 %.3f ms); "
-         "%lld overruns of %lld blocks; busy %.1f%%; unpaced %.1fx real time (%lld spikes, %lld paced)\n",
-         w->C, block_ms, 1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
+  printf("%4d ch, %4g ms blocks, %s, %g s paced: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms (end to end p50 %.3f, "
+         "p99 %.3f ms); %lld overruns of %lld blocks (at most %.2f ms behind); busy %.1f%%; unpaced %.1fx real time "
+         "(%lld spikes in %g s, %lld paced)\n",
+         w->C, block_ms, device_tag(bc->device), bc->seconds, 1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
          1e-3 * ss_live_stats_percentile_us(&p->stats, 99), 1e-3 * p->stats.latency_max_us, 1e-3 * p->e2e_p50_us,
-         1e-3 * p->e2e_p99_us, (long long)p->stats.overruns, (long long)p->stats.blocks, 100.0 * p->busy_s / p->wall_s,
-         seconds / u->wall_s, (long long)u->stats.spikes, (long long)p->stats.spikes);
+         1e-3 * p->e2e_p99_us, (long long)p->stats.overruns, (long long)p->stats.blocks, 1e3 * p->stats.max_behind_s,
+         100.0 * p->busy_s / p->wall_s, seconds / u->wall_s, (long long)u->stats.spikes, seconds,
+         (long long)p->stats.spikes);
   fflush(stdout);
+  if (w->C == 32 && block_ms == 5.0 && bc->device == SS_DEVICE_CPU)
+    ss_bench_summary_number(doc, "p99_ms_32ch_5ms_cpu", 1e-3 * ss_live_stats_percentile_us(&p->stats, 99));
+  if (w->C == 32 && block_ms == 1.0 && bc->device == SS_DEVICE_CUDA) {
+    ss_bench_summary_number(doc, "p50_ms_32ch_1ms_gpu", 1e-3 * ss_live_stats_percentile_us(&p->stats, 50));
+    ss_bench_summary_number(doc, "p99_ms_32ch_1ms_gpu", 1e-3 * ss_live_stats_percentile_us(&p->stats, 99));
+    ss_bench_summary_number(doc, "overruns_32ch_1ms_gpu", (double)p->stats.overruns);
+    ss_bench_summary_number(doc, "seconds_32ch_1ms_gpu", bc->seconds);
+  }
+}
+
+/* The backend of a device, opened once (cuda without a device fails: no silent CPU fallback). */
+static ss_status backend_for(ss_ctx *ctx, ss_device_kind d, ss_backend *bes, int *open, const ss_backend **out) {
+  int i = d == SS_DEVICE_CUDA;
+  if (!open[i]) {
+    SS_TRY(ss_backend_open(ctx, d, 0, 1, &bes[i]));
+    open[i] = 1;
+  }
+  *out = &bes[i];
+  return SS_OK;
 }
 
 int main(int argc, char **argv) {
@@ -359,39 +466,50 @@ int main(int argc, char **argv) {
   ss_ctx_init(&ctx);
   ctx.quiet = 1;
   ctx.log_level = SS_LOG_WARN;
-  if (a.device != SS_DEVICE_CPU) {
-    fprintf(stderr, "bench_live: the CUDA path is not built yet; run with --device cpu\n");
-    return 3;
-  }
-  ss_backend be;
-  ss_bench_doc doc;
+  ss_backend bes[2];
+  int open[2] = {0, 0};
+  const ss_backend *be = NULL;
+  ss_bench_doc doc = {NULL, NULL, NULL};
   char device[512];
-  ss_status st = ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be);
-  ss_bench_device_string(&be, device, sizeof(device));
+  int any_cuda = 0;
+  for (int i = 0; i < a.n_cases; i++) any_cuda |= a.cases[i].device == SS_DEVICE_CUDA;
+  ss_status st = backend_for(&ctx, any_cuda ? SS_DEVICE_CUDA : SS_DEVICE_CPU, bes, open, &be);
+  if (st == SS_OK) ss_bench_device_string(be, device, sizeof(device));
   if (st == SS_OK) st = ss_bench_doc_init(&ctx, &doc, "live", device);
-  for (int ci = 0; ci < a.n_channel_counts && st == SS_OK; ci++) {
-    workload w;
-    memset(&w, 0, sizeof(w));
-    w.C = a.channels[ci];
-    st = make_workload(&ctx, &a, &w);
-    for (int i = 0; i < a.n_blocks && st == SS_OK; i++) {
-      run_result p, u;
-      memset(&p, 0, sizeof(p));
-      memset(&u, 0, sizeof(u));
-      st = paced_run(&ctx, &be, &a, &w, a.blocks_ms[i], &p);
-      if (st == SS_OK) st = unpaced_run(&ctx, &be, &w, a.blocks_ms[i], &u);
-      if (st != SS_OK) break;
-      add_case(&doc, &w, a.blocks_ms[i], &p, &u, a.seconds);
-      if (w.C == 32 && a.blocks_ms[i] == 5.0)
-        ss_bench_summary_number(&doc, "p99_ms_32ch_5ms_cpu", 1e-3 * ss_live_stats_percentile_us(&p.stats, 99));
+  workload w;
+  memset(&w, 0, sizeof(w));
+  for (int i = 0; i < a.n_cases && st == SS_OK; i++) {
+    const bench_case *bc = &a.cases[i];
+    if (w.C != bc->channels) {
+      free(w.raw);
+      ss_live_model_free(&w.model);
+      if (w.bin[0]) unlink(w.bin);
+      memset(&w, 0, sizeof(w));
+      w.C = bc->channels;
+      st = make_workload(&ctx, &a, &w);
     }
-    free(w.raw);
-    ss_live_model_free(&w.model);
-    unlink(w.bin);
+    run_result p, u;
+    memset(&p, 0, sizeof(p));
+    memset(&u, 0, sizeof(u));
+    if (st == SS_OK) st = backend_for(&ctx, bc->device, bes, open, &be);
+    if (st == SS_OK) st = unpaced_run(&ctx, be, &w, bc->block_ms, &u);
+    if (st == SS_OK) st = paced_run(&ctx, be, &a, &w, bc->block_ms, bc->seconds, &p);
+    if (st == SS_OK) add_case(&doc, &w, bc, &p, &u, a.seconds);
+    /* each case's figures are on disk as soon as it ends (a long run may be cut short): a copy of
+     * the document is written (ss_bench_doc_write frees what it writes) */
+    if (st == SS_OK) {
+      ss_bench_doc part = {cJSON_Duplicate(doc.root, 1), NULL, NULL};
+      st = part.root ? ss_bench_doc_write(&ctx, &part, a.out) : ss_fail(&ctx, SS_ERR_NOMEM, "out of memory: results");
+    }
   }
   if (st == SS_OK) st = ss_bench_doc_write(&ctx, &doc, a.out);
+  else if (doc.root) ss_bench_doc_free(&doc);
+  free(w.raw);
+  ss_live_model_free(&w.model);
+  if (w.bin[0]) unlink(w.bin);
   if (st != SS_OK) fprintf(stderr, "bench_live: %s\n", ss_error_message(&ctx));
   else printf("-> %s\n", a.out);
-  ss_backend_close(&be);
+  for (int i = 0; i < 2; i++)
+    if (open[i]) ss_backend_close(&bes[i]);
   return st == SS_OK ? 0 : 1;
 }

@@ -1,6 +1,8 @@
 /* live.c — the live engine (live.h): scale, causal filter, rolling buffer, exactly-once detection of
  * final components, features, assignment (nearest centroid or KNN vote), emission, and the counters
- * (samples, blocks, spikes, overruns, latency histogram). */
+ * (samples, blocks, spikes, overruns, latency histogram). With a CUDA backend the logic stays here and
+ * four stages switch to src/live_cuda.h: append (the buffer lives on the device), detect, and the
+ * features + assignment of the selected spikes (their waveforms stay on the device). */
 #include "src/live.h"
 
 #include <math.h>
@@ -12,6 +14,7 @@
 #include "src/features_pca.h"
 #include "src/filter.h"
 #include "src/knn.h"
+#include "src/live_cuda.h"
 #include "src/log.h"
 
 /* Cubic interpolation reads this many rows past the last waveform sample (Catmull–Rom support). */
@@ -70,6 +73,7 @@ struct ss_live_engine {
   ss_knn_opts knn_opts;
   ss_live_stats stats;
   int fresh; /* no row of the current stream yet */
+  ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel and e->spikes' waveforms unused */
 };
 
 void ss_live_opts_defaults(ss_live_opts *o) {
@@ -139,7 +143,8 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
   ss_spike_list_init(ctx, &e->cut, e->C, m->n_wave, 0);
   ss_spike_list_init(ctx, &e->probe, e->C, m->n_wave, 0);
   ss_spike_list_init(ctx, &e->rcut, e->C, m->n_wave, 0);
-  ss_spike_list_init(ctx, &e->spikes, e->C, m->n_wave, 1);
+  const int on_gpu = be->kind == SS_DEVICE_CUDA;
+  ss_spike_list_init(ctx, &e->spikes, e->C, m->n_wave, !on_gpu);
   if (st == SS_OK && o->assign == SS_LIVE_KNN) {
     ss_params p;
     ss_params_defaults(&p);
@@ -147,6 +152,12 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
     e->knn_opts.k = o->k;
     st = ss_knn_index_create(ctx, be, m->ref_features, m->n_ref, e->F, &e->knn);
   }
+#if SS_HAVE_CUDA
+  if (st == SS_OK && on_gpu)
+    st = ss_live_cuda_open(ctx, be, m, &e->cfg, &e->every, o->masked_distance, e->knn, &e->gpu);
+#else
+  if (st == SS_OK && on_gpu) st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "live: the CUDA path: built without CUDA");
+#endif
   e->fresh = 1;
   e->max_pending = llround(SS_LIVE_MAX_PENDING_MS * m->rate_hz / 1000.0);
   if (st != SS_OK) {
@@ -176,6 +187,9 @@ void ss_live_engine_close(ss_live_engine *e) {
   free(e->features);
   free(e->labels);
   free(e->order);
+#if SS_HAVE_CUDA
+  ss_live_cuda_close(e->gpu);
+#endif
   if (e->knn) ss_knn_index_free(e->knn);
   free(e);
 }
@@ -185,9 +199,18 @@ void ss_live_reset(ss_live_engine *e) {
   e->buf0 = e->buf_n = e->own_from = e->strong_scanned = e->pending = e->n_done = 0;
   e->arr_n = 0;
   e->fresh = 1;
+#if SS_HAVE_CUDA
+  if (e->gpu) ss_live_cuda_reset(e->gpu);
+#endif
 }
 
-void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) { *out = e->stats; }
+void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) {
+  *out = e->stats;
+#if SS_HAVE_CUDA
+  int64_t direct;
+  if (e->gpu) ss_live_cuda_graph_counts(e->gpu, &out->graph_pushes, &direct);
+#endif
+}
 
 /* --- counters ----------------------------------------------------------------------------------- */
 
@@ -234,12 +257,13 @@ void ss_live_stats_print(FILE *f, const char *label, const ss_live_stats *s, dou
 
 /* --- the rolling buffer ------------------------------------------------------------------------- */
 
-/* Drop the rows before own_from − lead and the arrivals no spike can need any more. */
-static void buffer_trim(ss_live_engine *e) {
+/* Drop the rows before own_from − lead and the arrivals no spike can need any more; returns the
+ * number of rows dropped (the device buffer drops as many). */
+static int64_t buffer_trim(ss_live_engine *e) {
   int64_t keep = e->own_from - e->lead, drop = keep - e->buf0;
+  if (drop > e->buf_n) drop = e->buf_n;
   if (drop > 0) {
-    if (drop > e->buf_n) drop = e->buf_n;
-    memmove(e->buf, e->buf + drop * e->C, (size_t)(e->buf_n - drop) * e->C * sizeof(float));
+    if (!e->gpu) memmove(e->buf, e->buf + drop * e->C, (size_t)(e->buf_n - drop) * e->C * sizeof(float));
     e->buf0 += drop;
     e->buf_n -= drop;
   }
@@ -249,12 +273,27 @@ static void buffer_trim(ss_live_engine *e) {
     memmove(e->arr, e->arr + a, (size_t)(e->arr_n - a) * sizeof(arrival));
     e->arr_n -= a;
   }
+  return drop > 0 ? drop : 0;
 }
 
-/* Scale, filter causally and append n rows. */
-static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival) {
+static int new_strong(ss_live_engine *e);
+
+/* Scale, filter causally and append n rows; *strong = 1 when one of them holds a sample above the
+ * strong threshold on a used channel. */
+static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
+                               int *strong) {
   const int C = e->C;
   const ss_live_model *m = e->m;
+  SS_TRY(grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
+#if SS_HAVE_CUDA
+  if (e->gpu) {
+    SS_TRY(ss_live_cuda_append(ctx, e->gpu, buffer_trim(e), rows, n, strong));
+    e->buf_n += n;
+    e->strong_scanned = e->buf0 + e->buf_n;
+    e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
+    return SS_OK;
+  }
+#endif
   SS_TRY(grow(ctx, (void **)&e->scaled, &e->scaled_cap, n * C, SS_LIVE_MIN_ROWS * C, sizeof(float), "live block"));
   for (int64_t t = 0; t < n; t++)
     for (int c = 0; c < C; c++) e->scaled[t * C + c] = (float)(rows[t * C + c] * m->uv_per_step[c] + m->offset_uv);
@@ -264,15 +303,17 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
               "live buffer"));
   memcpy(e->buf + e->buf_n * C, e->scaled, (size_t)(n * C) * sizeof(float));
   e->buf_n += n;
-  SS_TRY(grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
   e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
+  *strong = new_strong(e);
   return SS_OK;
 }
 
 /* Detection over the buffer's rows [0, search_end) reporting the components first-noded in
- * [own_from, own_end) (absolute samples). */
-static ss_status detect(ss_ctx *ctx, ss_live_engine *e, const ss_thresholds *th, int64_t search_end, int64_t own_end,
+ * [own_from, own_end) (absolute samples), with the model's thresholds or, in SS_LIVE_SLOT_EVERY,
+ * every component's. The slot also names the device handle (src/live_cuda.h). */
+static ss_status detect(ss_ctx *ctx, ss_live_engine *e, ss_live_slot slot, int64_t search_end, int64_t own_end,
                         ss_spike_list *out) {
+  const ss_thresholds *th = slot == SS_LIVE_SLOT_EVERY ? &e->every : &e->m->thresholds;
   ss_spike_list_clear(out);
   ss_detect_block blk = {.x = e->buf,
                          .n_rows = e->buf_n,
@@ -281,6 +322,11 @@ static ss_status detect(ss_ctx *ctx, ss_live_engine *e, const ss_thresholds *th,
                          .search_end = search_end,
                          .own_begin = e->own_from - e->buf0,
                          .own_end = own_end - e->buf0};
+#if SS_HAVE_CUDA
+  if (e->gpu) return ss_live_cuda_detect(ctx, e->gpu, slot, &blk, out);
+#else
+  (void)slot;
+#endif
   return ss_detect_block_run(ctx, e->be, &e->cfg, &e->m->graph, th, &blk, &e->work, out);
 }
 
@@ -297,8 +343,8 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->Q;
   *x = e->own_from;
   if (cut_end <= e->own_from - e->buf0) return SS_OK; /* no row of the own region can be final yet */
-  SS_TRY(detect(ctx, e, &e->every, e->buf_n, R, &e->full));
-  SS_TRY(detect(ctx, e, &e->every, cut_end, R, &e->cut));
+  SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, e->buf_n, R, &e->full));
+  SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, cut_end, R, &e->cut));
   int64_t P = 0;
   while (P < e->full.n && P < e->cut.n && same_spike(&e->full, P, &e->cut, P)) P++;
   if (P == e->full.n) {
@@ -311,7 +357,7 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   int64_t hi = e->full.time_samples[P] + 1, lo = e->own_from, step = 1;
   if (hi > R) hi = R;
   while (hi - step > lo) {
-    SS_TRY(detect(ctx, e, &e->every, e->buf_n, hi - step, &e->probe));
+    SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, e->buf_n, hi - step, &e->probe));
     if (e->probe.n <= P) {
       lo = hi - step;
       break;
@@ -321,7 +367,7 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   }
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2;
-    SS_TRY(detect(ctx, e, &e->every, e->buf_n, mid, &e->probe));
+    SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, e->buf_n, mid, &e->probe));
     if (e->probe.n <= P) lo = mid;
     else hi = mid;
   }
@@ -434,14 +480,20 @@ static void order_by_time(ss_live_engine *e, int64_t n) {
 static ss_status emit_selected(ss_ctx *ctx, ss_live_engine *e, int64_t n, ss_live_emit_fn emit, void *user) {
   if (n == 0) return SS_OK;
   const int64_t per = (int64_t)e->C * e->m->n_wave;
-  SS_TRY(grow(ctx, (void **)&e->wsel, &e->wsel_cap, n * per, SS_LIVE_MIN_ROWS, sizeof(float), "live waveforms"));
-  SS_TRY(grow(ctx, (void **)&e->features, &e->feat_cap, n * e->F, SS_LIVE_MIN_ROWS, sizeof(float), "live features"));
   SS_TRY(grow(ctx, (void **)&e->labels, &e->labels_cap, n, SS_LIVE_MIN_ROWS, sizeof(int32_t), "live labels"));
   SS_TRY(grow(ctx, (void **)&e->order, &e->order_cap, n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live order"));
-  for (int64_t k = 0; k < n; k++)
-    memcpy(e->wsel + k * per, e->spikes.waveforms + e->sel[k] * per, (size_t)per * sizeof(float));
-  SS_TRY(ss_pca_project(ctx, e->be, &e->m->pca, e->wsel, n, e->features));
-  SS_TRY(assign(ctx, e, n));
+#if SS_HAVE_CUDA
+  if (e->gpu)
+    SS_TRY(ss_live_cuda_label(ctx, e->gpu, e->sel, n, e->o.assign == SS_LIVE_KNN ? &e->knn_opts : NULL, e->labels));
+#endif
+  if (!e->gpu) {
+    SS_TRY(grow(ctx, (void **)&e->wsel, &e->wsel_cap, n * per, SS_LIVE_MIN_ROWS, sizeof(float), "live waveforms"));
+    SS_TRY(grow(ctx, (void **)&e->features, &e->feat_cap, n * e->F, SS_LIVE_MIN_ROWS, sizeof(float), "live features"));
+    for (int64_t k = 0; k < n; k++)
+      memcpy(e->wsel + k * per, e->spikes.waveforms + e->sel[k] * per, (size_t)per * sizeof(float));
+    SS_TRY(ss_pca_project(ctx, e->be, &e->m->pca, e->wsel, n, e->features));
+    SS_TRY(assign(ctx, e, n));
+  }
   order_by_time(e, n);
   for (int64_t k = 0; k < n; k++) {
     int64_t j = e->order[k], i = e->sel[j];
@@ -473,9 +525,9 @@ static int64_t last_row_needed(const ss_live_engine *e, const ss_spike_list *l, 
  * the spikes left for later. */
 static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_live_emit_fn emit, void *user) {
   const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->m->join_size;
-  SS_TRY(detect(ctx, e, &e->m->thresholds, e->buf_n, R, &e->spikes));
+  SS_TRY(detect(ctx, e, SS_LIVE_SLOT_SPIKES, e->buf_n, R, &e->spikes));
   ss_spike_list_clear(&e->rcut);
-  if (final_only && cut_end > e->own_from - e->buf0) SS_TRY(detect(ctx, e, &e->m->thresholds, cut_end, R, &e->rcut));
+  if (final_only && cut_end > e->own_from - e->buf0) SS_TRY(detect(ctx, e, SS_LIVE_SLOT_CUT, cut_end, R, &e->rcut));
   SS_TRY(grow(ctx, (void **)&e->sel, &e->sel_cap, e->spikes.n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live selection"));
   int64_t n = 0, j = 0;
   e->pending = 0;
@@ -503,11 +555,11 @@ ss_status ss_live_push(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int6
   if (behind > e->stats.max_behind_s) e->stats.max_behind_s = behind;
   e->stats.samples += n;
   e->stats.blocks++;
-  SS_TRY(buffer_append(ctx, e, rows, n, t_arrival));
   /* Only a component with a strong node is a spike: nothing new can be reported unless a strong
    * sample arrived or a spike seen before is still pending. own_from then waits (the buffer grows)
    * until the pending rows reach max_pending. */
-  int fresh_strong = new_strong(e);
+  int fresh_strong = 0;
+  SS_TRY(buffer_append(ctx, e, rows, n, t_arrival, &fresh_strong));
   if (!fresh_strong && e->pending == 0 && e->buf0 + e->buf_n - e->own_from < e->max_pending) return SS_OK;
   SS_TRY(emit_final(ctx, e, 1, emit, user));
   int64_t x;

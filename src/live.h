@@ -4,7 +4,8 @@
  * buffer of filtered rows, detection over the buffer (src/detect.h) reporting each component exactly
  * once and as soon as no later sample can change it, waveforms, features with the model's causal PCA
  * basis, masks, and assignment: nearest unit centroid or majority vote of the K nearest reference
- * spikes. Every stage goes through its backend-dispatching entry point, so a CUDA path can slot in.
+ * spikes. With a CUDA backend the same logic runs the stages of src/live_cuda.h (buffer, detection,
+ * features and assignment on the device; only the small spike tables come back).
  *
  * Exactly once, as soon as final (docs/live.md). detect.c's rules are untouched; the engine picks
  * the regions each call searches and owns. own_from: every component first-noded before it has
@@ -83,6 +84,7 @@ typedef struct {
   int64_t hist[SS_LIVE_HIST_BINS]; /* latency counts: bin 0 below the range, the last above */
   double latency_max_us;
   double latency_sum_us;
+  int64_t graph_pushes; /* CUDA: pushes whose upload + scale + filter ran as a captured graph */
 } ss_live_stats;
 
 typedef struct ss_live_engine ss_live_engine;

@@ -25,6 +25,7 @@
 #include "src/live.h"
 #include "src/log.h"
 #include "src/live_model.h"
+#include "live_test_util.h"
 #include "ss_test.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
@@ -146,27 +147,6 @@ static int group_teardown(void **state) {
 
 /* --- engine runs --------------------------------------------------------------------------------- */
 
-typedef struct {
-  int64_t n, cap;
-  ss_live_spike *s;
-} collected;
-
-static ss_status collect(ss_ctx *ctx, void *user, const ss_live_spike *s) {
-  (void)ctx;
-  collected *c = user;
-  if (c->n == c->cap) {
-    c->cap = c->cap ? 2 * c->cap : 1024;
-    c->s = realloc(c->s, (size_t)c->cap * sizeof(*c->s));
-  }
-  c->s[c->n++] = *s;
-  return SS_OK;
-}
-
-static int cmp_spike(const void *a, const void *b) {
-  const ss_live_spike *x = a, *y = b;
-  if (x->t != y->t) return x->t < y->t ? -1 : 1;
-  return (x->channel > y->channel) - (x->channel < y->channel);
-}
 
 /* Push rows [0, n) in pushes of `push` rows; the spikes sorted by (time, channel). */
 static void run_engine(int64_t n, int64_t push, int assign, collected *out, ss_live_stats *stats) {
@@ -736,9 +716,11 @@ static void cli_errors(void **state) {
       {"live --source - --model m.h5 --k 0", 2, "spikestream live: --k: expected an integer in [1, 2147483647], got \"0\"\n"},
       {"live --source - --model m.h5 --block-ms 0", 2, "spikestream live: --block-ms: expected a number in (0, 60000], got \"0\"\n"},
       {"live --source - --train-seconds 60", 3, "spikestream live: --train-seconds: not implemented yet (give --model M from `spikestream sort`)\n"},
-      {"live --source - --model m.h5 --device cuda", 3, "spikestream live: the CUDA path is not built yet\n"},
+      /* no silent CPU fallback: checked where there is no device (gpu_test_live runs the GPU path) */
+      {"live --source - --model m.h5 --device cuda", 3, "spikestream live: --device cuda: no CUDA device available ("},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    if (strstr(cases[i].args, "--device cuda") && ss_backend_gpu_count(NULL, 0) > 0) continue;
     char *out, *err;
     int code = ss_test_run_cli(cases[i].args, &out, &err);
     if (code != cases[i].code || strncmp(err, cases[i].msg, strlen(cases[i].msg)) != 0)

@@ -314,17 +314,17 @@ static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_
 
 static ss_status run(ss_ctx *ctx, live_args *a) {
   if (a->train) return ss_fail(ctx, SS_ERR_UNSUPPORTED, "--train-seconds: not implemented yet (give --model M from `spikestream sort`)");
-  if (a->device == SS_DEVICE_CUDA) return ss_fail(ctx, SS_ERR_UNSUPPORTED, "the CUDA path is not built yet");
-  if (a->device == SS_DEVICE_AUTO) ss_log_info(ctx, "live: --device auto: the CUDA path is not built yet; using the CPU");
+  /* The device first: cuda without a device fails before anything is read, no CPU fallback; auto
+   * logs its choice (src/backend.h). One CPU thread: the engine's blocks are small. */
+  ss_backend be;
+  SS_TRY(ss_backend_open(ctx, a->device, 0, 1, &be));
   ss_live_model m;
   memset(&m, 0, sizeof(m));
-  SS_TRY(ss_live_model_load(ctx, a->model, &m));
-  ss_backend be;
   ss_live_engine *e = NULL;
   ss_link *out = NULL;
-  ss_status st = ss_backend_open(ctx, SS_DEVICE_CPU, 0, 1, &be);
+  ss_status st = ss_live_model_load(ctx, a->model, &m);
   if (st != SS_OK) {
-    ss_live_model_free(&m);
+    ss_backend_close(&be);
     return st;
   }
   st = ss_live_engine_open(ctx, &be, &m, &a->opts, &e);

@@ -1,0 +1,300 @@
+/* gpu_test_live.c — the CUDA path of the live engine (issue #10, GPU group), on a simulated recording
+ * and the model of an offline `sort` of it:
+ *  1. the GPU engine fed pushes of 30 rows gives the CPU engine's spikes: times, channels and
+ *     amplitudes identical, labels (nearest centroid, plain and masked; KNN vote) >= 99.9 % identical;
+ *  2. a stream restart (ss_live_reset) gives the same spikes again, and pushes ran as graph launches;
+ *  3. agreement with the offline sort: sort → replay → `live --device cuda`, >= 95 % same unit (the
+ *     criterion of tests/test_live.c);
+ *  4. `live --device auto` logs its choice. */
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "src/live.h"
+#include "src/live_model.h"
+#include "src/log.h"
+#include "live_test_util.h"
+#include "ss_test.h"
+
+#define DURATION 30.0
+#define PUSH_ROWS 30
+#define SOURCE_ARGS "--format binary --channels 32 --rate 30000 --uv-per-step 0.195"
+#define MATCH_TOLERANCE 3  /* samples between an offline spike (offset-corrected) and its live twin */
+#define MIN_LABEL_AGREEMENT 0.999
+#define MIN_OFFLINE_AGREEMENT 0.95
+#define PATH_LEN 1024
+
+static char bin_path[PATH_LEN + 8], sort_dir[PATH_LEN], model_path[PATH_LEN + 16], sock_path[PATH_LEN];
+static int16_t *raw;
+static int64_t n_rows;
+static ss_live_model model;
+
+static int group_setup(void **state) {
+  (void)state;
+  ss_test_require_gpu();
+  char base[PATH_LEN], args[16384], *out = NULL, *err = NULL;
+  ss_test_path(base, sizeof(base), "gpu_live_sim");
+  snprintf(bin_path, sizeof(bin_path), "%s.bin", base);
+  ss_test_path(sort_dir, sizeof(sort_dir), "gpu_live_sort");
+  snprintf(model_path, sizeof(model_path), "%s/model.h5", sort_dir);
+  ss_test_path(sock_path, sizeof(sock_path), "gpu_live.sock");
+  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --seed 5 -q", base, DURATION);
+  int code = ss_test_run_cli(args, &out, &err);
+  if (code == 0) {
+    free(out);
+    free(err);
+    snprintf(args, sizeof(args), "sort '%s' " SOURCE_ARGS " -q -o '%s'", bin_path, sort_dir);
+    code = ss_test_run_cli(args, &out, &err);
+  }
+  if (code != 0) fprintf(stderr, "setup: exit %d: %s\n", code, err);
+  free(out);
+  free(err);
+  if (code != 0) return -1;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  memset(&model, 0, sizeof(model));
+  if (ss_live_model_load(&ctx, model_path, &model) != SS_OK) {
+    fprintf(stderr, "%s\n", ss_error_message(&ctx));
+    return -1;
+  }
+  FILE *f = fopen(bin_path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long bytes = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  n_rows = bytes / (int64_t)(sizeof(int16_t) * model.n_channels);
+  raw = malloc((size_t)bytes);
+  size_t got = fread(raw, 1, (size_t)bytes, f);
+  fclose(f);
+  return got == (size_t)bytes ? 0 : -1;
+}
+
+static int group_teardown(void **state) {
+  (void)state;
+  free(raw);
+  ss_live_model_free(&model);
+  return 0;
+}
+
+/* --- engine runs --------------------------------------------------------------------------------- */
+
+
+/* The whole recording in pushes of PUSH_ROWS rows, `streams` times (ss_live_reset between them);
+ * the spikes sorted by (time, channel). */
+static void run_engine(ss_device_kind dev, const ss_live_opts *o, int streams, collected *out, ss_live_stats *stats) {
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend be;
+  if (ss_backend_open(&ctx, dev, 0, 1, &be) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  ss_live_engine *e;
+  if (ss_live_engine_open(&ctx, &be, &model, o, &e) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  memset(out, 0, sizeof(*out));
+  for (int k = 0; k < streams; k++) {
+    if (k > 0) ss_live_reset(e);
+    for (int64_t r = 0; r < n_rows; r += PUSH_ROWS) {
+      int64_t m = n_rows - r < PUSH_ROWS ? n_rows - r : PUSH_ROWS;
+      if (ss_live_push(&ctx, e, raw + r * model.n_channels, m, ss_now(), collect, out) != SS_OK)
+        fail_msg("%s", ss_error_message(&ctx));
+    }
+    if (ss_live_flush(&ctx, e, collect, out) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  }
+  ss_live_get_stats(e, stats);
+  ss_live_engine_close(e);
+  ss_backend_close(&be);
+  qsort(out->s, (size_t)out->n, sizeof(*out->s), cmp_spike);
+}
+
+/* 1. GPU = CPU: identical spikes, labels >= 99.9 % identical. */
+static void compare(const char *what, const ss_live_opts *o) {
+  collected cpu, gpu;
+  ss_live_stats sc, sg;
+  double t0 = ss_now();
+  run_engine(SS_DEVICE_CPU, o, 1, &cpu, &sc);
+  double t1 = ss_now();
+  run_engine(SS_DEVICE_CUDA, o, 1, &gpu, &sg);
+  double t2 = ss_now();
+  printf("%s: CPU %lld spikes in %.2f s (p50 %.3f ms, p99 %.3f ms), GPU %lld spikes in %.2f s (p50 %.3f ms, p99 "
+         "%.3f ms), %lld of %lld pushes as graph launches\n",
+         what, (long long)cpu.n, t1 - t0, 1e-3 * ss_live_stats_percentile_us(&sc, 50),
+         1e-3 * ss_live_stats_percentile_us(&sc, 99), (long long)gpu.n, t2 - t1,
+         1e-3 * ss_live_stats_percentile_us(&sg, 50), 1e-3 * ss_live_stats_percentile_us(&sg, 99),
+         (long long)sg.graph_pushes, (long long)sg.blocks);
+  assert_true(cpu.n > 100);
+  assert_int_equal(gpu.n, cpu.n);
+  int64_t same = 0, amp_diff = 0;
+  for (int64_t i = 0; i < cpu.n; i++) {
+    assert_int_equal(gpu.s[i].t, cpu.s[i].t);
+    assert_int_equal(gpu.s[i].channel, cpu.s[i].channel);
+    amp_diff += gpu.s[i].amp != cpu.s[i].amp;
+    same += gpu.s[i].unit == cpu.s[i].unit;
+  }
+  printf("%s: times and channels identical; %lld amplitudes differ; labels %lld of %lld identical (%.4f%%)\n", what,
+         (long long)amp_diff, (long long)same, (long long)cpu.n, 100.0 * (double)same / (double)cpu.n);
+  assert_int_equal(amp_diff, 0);
+  assert_true((double)same >= MIN_LABEL_AGREEMENT * (double)cpu.n);
+  assert_int_equal(sg.spikes, gpu.n);
+  assert_int_equal(sg.samples, n_rows);
+  assert_true(sg.graph_pushes > sg.blocks / 2);
+  free(cpu.s);
+  free(gpu.s);
+}
+
+static void gpu_equals_cpu(void **state) {
+  (void)state;
+  ss_live_opts o;
+  ss_live_opts_defaults(&o);
+  compare("centroid", &o);
+  o.masked_distance = 1;
+  compare("centroid, masked distance", &o);
+  ss_live_opts_defaults(&o);
+  o.assign = SS_LIVE_KNN;
+  compare("knn k=5", &o);
+}
+
+/* 2. A restarted stream gives the same spikes again (filter state and buffer restart on the device). */
+static void restart_gives_same_spikes(void **state) {
+  (void)state;
+  ss_live_opts o;
+  ss_live_opts_defaults(&o);
+  collected one, two;
+  ss_live_stats s1, s2;
+  run_engine(SS_DEVICE_CUDA, &o, 1, &one, &s1);
+  run_engine(SS_DEVICE_CUDA, &o, 2, &two, &s2);
+  assert_int_equal(two.n, 2 * one.n);
+  assert_int_equal(s2.streams, 2);
+  for (int64_t i = 0; i < one.n; i++) /* sorted by (time, channel): each spike twice in a row */
+    for (int k = 0; k < 2; k++) {
+      assert_int_equal(two.s[2 * i + k].t, one.s[i].t);
+      assert_int_equal(two.s[2 * i + k].channel, one.s[i].channel);
+      assert_true(two.s[2 * i + k].amp == one.s[i].amp);
+      assert_int_equal(two.s[2 * i + k].unit, one.s[i].unit);
+    }
+  printf("restart: %lld spikes in each of 2 streams, identical\n", (long long)one.n);
+  free(one.s);
+  free(two.s);
+}
+
+/* --- the command line -------------------------------------------------------------------------- */
+
+/* `live LIVE_ARGS` while `replay` sends the recording; stdout and stderr returned. */
+static int run_live(const char *live_args, char **out, char **err) {
+  char out_path[PATH_LEN], err_path[PATH_LEN], rep_path[PATH_LEN], rc_path[PATH_LEN], cmd[65536];
+  ss_test_path(out_path, sizeof(out_path), "gpu_live.out");
+  ss_test_path(err_path, sizeof(err_path), "gpu_live.err");
+  ss_test_path(rep_path, sizeof(rep_path), "gpu_replay.err");
+  ss_test_path(rc_path, sizeof(rc_path), "gpu_live.rc");
+  snprintf(cmd, sizeof(cmd),
+           "'%s' replay '%s' " SOURCE_ARGS " --speed 0 --to 'unix-listen://%s' >/dev/null 2>'%s' & "
+           "'%s' live --source 'unix://%s' --model '%s' %s >'%s' 2>'%s' </dev/null; echo $? >'%s'; wait",
+           SS_CLI_PATH, bin_path, sock_path, rep_path, SS_CLI_PATH, sock_path, model_path, live_args, out_path,
+           err_path, rc_path);
+  if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
+  *out = ss_test_slurp(out_path);
+  *err = ss_test_slurp(err_path);
+  char *rc = ss_test_slurp(rc_path);
+  int code = atoi(rc);
+  free(rc);
+  return code;
+}
+
+static void parse_lines(const char *text, collected *c) {
+  memset(c, 0, sizeof(*c));
+  for (const char *p = text; p && *p;) {
+    long long t;
+    int unit, channel;
+    float amp, lat;
+    if (sscanf(p, "{\"t\": %lld, \"unit\": %d, \"amp\": %f, \"channel\": %d, \"latency_us\": %f}", &t, &unit, &amp,
+               &channel, &lat) != 5)
+      fail_msg("bad line: %.80s", p);
+    ss_live_spike s = {.t = t, .unit = unit, .channel = channel, .amp = amp, .latency_us = lat};
+    collect(NULL, c, &s);
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+}
+
+/* A whole dataset of results.h5 / model.h5 (as tests/test_live.c reads them). */
+static void *h5_read(hid_t f, const char *path, hid_t type, size_t size, int64_t *n) {
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  assert_true(d >= 0);
+  hid_t sp = H5Dget_space(d);
+  *n = H5Sget_simple_extent_npoints(sp);
+  void *buf = malloc((size_t)(*n > 0 ? *n : 1) * size);
+  assert_true(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+  H5Sclose(sp);
+  H5Dclose(d);
+  return buf;
+}
+
+/* 3. sort → replay → live --device cuda: the offline spikes' live twins carry the same unit. */
+static void agreement_with_offline_sort(void **state) {
+  (void)state;
+  char *out, *err;
+  int code = run_live("--device cuda", &out, &err);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  collected got;
+  parse_lines(out, &got);
+  char results[PATH_LEN + 16];
+  snprintf(results, sizeof(results), "%s/results.h5", sort_dir);
+  hid_t f = H5Fopen(results, H5F_ACC_RDONLY, H5P_DEFAULT), mf = H5Fopen(model_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0 && mf >= 0);
+  int64_t n, n2;
+  int64_t *times = h5_read(f, "/spikes/time_samples", H5T_NATIVE_INT64, sizeof(int64_t), &n);
+  int32_t *clu = h5_read(f, "/spikes/cluster", H5T_NATIVE_INT32, sizeof(int32_t), &n2);
+  assert_int_equal(n, n2);
+  double offset = 0;
+  hid_t g = H5Gopen2(mf, "/live", H5P_DEFAULT), at = H5Aopen(g, "time_offset_samples", H5P_DEFAULT);
+  assert_true(at >= 0 && H5Aread(at, H5T_NATIVE_DOUBLE, &offset) >= 0);
+  H5Aclose(at);
+  H5Gclose(g);
+  H5Fclose(mf);
+  H5Fclose(f);
+  int64_t matched = 0, same = 0, j = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double t = (double)times[i] + offset;
+    while (j < got.n && (double)got.s[j].t < t - MATCH_TOLERANCE) j++;
+    int64_t best = -1;
+    for (int64_t q = j; q < got.n && (double)got.s[q].t <= t + MATCH_TOLERANCE; q++)
+      if (best < 0 || fabs((double)got.s[q].t - t) < fabs((double)got.s[best].t - t)) best = q;
+    if (best < 0) continue;
+    matched++;
+    same += got.s[best].unit == clu[i];
+  }
+  double agree = matched ? (double)same / (double)matched : 0;
+  const char *summary = strstr(err, "live: done: ");
+  printf("live --device cuda: offline sort %lld spikes, live %lld; %lld matched within %d samples, %.2f%% of them "
+         "with the same unit\n%s", (long long)n, (long long)got.n, (long long)matched, MATCH_TOLERANCE, 100.0 * agree,
+         summary ? summary : err);
+  assert_true(matched >= n / 2);
+  assert_true(agree >= MIN_OFFLINE_AGREEMENT);
+  free(times);
+  free(clu);
+  free(got.s);
+  free(out);
+  free(err);
+}
+
+/* 4. --device auto picks the GPU here and says so. */
+static void auto_logs_its_choice(void **state) {
+  (void)state;
+  char *out, *err;
+  int code = run_live("--device auto", &out, &err);
+  if (code != 0) fail_msg("live: exit %d: %s", code, err);
+  printf("--device auto: %.200s\n", err);
+  assert_non_null(strstr(err, "device auto: using CUDA device"));
+  free(out);
+  free(err);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(gpu_equals_cpu),
+      cmocka_unit_test(restart_gives_same_spikes),
+      cmocka_unit_test(agreement_with_offline_sort),
+      cmocka_unit_test(auto_logs_its_choice),
+  };
+  return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
