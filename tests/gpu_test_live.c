@@ -200,35 +200,6 @@ static int run_live(const char *live_args, char **out, char **err) {
   return code;
 }
 
-static void parse_lines(const char *text, collected *c) {
-  memset(c, 0, sizeof(*c));
-  for (const char *p = text; p && *p;) {
-    long long t;
-    int unit, channel;
-    float amp, lat;
-    if (sscanf(p, "{\"t\": %lld, \"unit\": %d, \"amp\": %f, \"channel\": %d, \"latency_us\": %f}", &t, &unit, &amp,
-               &channel, &lat) != 5)
-      fail_msg("bad line: %.80s", p);
-    ss_live_spike s = {.t = t, .unit = unit, .channel = channel, .amp = amp, .latency_us = lat};
-    collect(NULL, c, &s);
-    p = strchr(p, '\n');
-    if (p) p++;
-  }
-}
-
-/* A whole dataset of results.h5 / model.h5 (as tests/test_live.c reads them). */
-static void *h5_read(hid_t f, const char *path, hid_t type, size_t size, int64_t *n) {
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  assert_true(d >= 0);
-  hid_t sp = H5Dget_space(d);
-  *n = H5Sget_simple_extent_npoints(sp);
-  void *buf = malloc((size_t)(*n > 0 ? *n : 1) * size);
-  assert_true(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
-  H5Sclose(sp);
-  H5Dclose(d);
-  return buf;
-}
-
 /* 3. sort → replay → live --device cuda: the offline spikes' live twins carry the same unit. */
 static void agreement_with_offline_sort(void **state) {
   (void)state;
@@ -239,30 +210,11 @@ static void agreement_with_offline_sort(void **state) {
   parse_lines(out, &got);
   char results[PATH_LEN + 16];
   snprintf(results, sizeof(results), "%s/results.h5", sort_dir);
-  hid_t f = H5Fopen(results, H5F_ACC_RDONLY, H5P_DEFAULT), mf = H5Fopen(model_path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  assert_true(f >= 0 && mf >= 0);
-  int64_t n, n2;
-  int64_t *times = h5_read(f, "/spikes/time_samples", H5T_NATIVE_INT64, sizeof(int64_t), &n);
-  int32_t *clu = h5_read(f, "/spikes/cluster", H5T_NATIVE_INT32, sizeof(int32_t), &n2);
-  assert_int_equal(n, n2);
-  double offset = 0;
-  hid_t g = H5Gopen2(mf, "/live", H5P_DEFAULT), at = H5Aopen(g, "time_offset_samples", H5P_DEFAULT);
-  assert_true(at >= 0 && H5Aread(at, H5T_NATIVE_DOUBLE, &offset) >= 0);
-  H5Aclose(at);
-  H5Gclose(g);
-  H5Fclose(mf);
-  H5Fclose(f);
-  int64_t matched = 0, same = 0, j = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double t = (double)times[i] + offset;
-    while (j < got.n && (double)got.s[j].t < t - MATCH_TOLERANCE) j++;
-    int64_t best = -1;
-    for (int64_t q = j; q < got.n && (double)got.s[q].t <= t + MATCH_TOLERANCE; q++)
-      if (best < 0 || fabs((double)got.s[q].t - t) < fabs((double)got.s[best].t - t)) best = q;
-    if (best < 0) continue;
-    matched++;
-    same += got.s[best].unit == clu[i];
-  }
+  offline_sort off;
+  offline_sort_read(results, model_path, &off);
+  const int64_t n = off.n;
+  int64_t matched, same;
+  offline_match(&off, &got, MATCH_TOLERANCE, &matched, &same);
   double agree = matched ? (double)same / (double)matched : 0;
   const char *summary = strstr(err, "live: done: ");
   printf("live --device cuda: offline sort %lld spikes, live %lld; %lld matched within %d samples, %.2f%% of them "
@@ -270,8 +222,7 @@ static void agreement_with_offline_sort(void **state) {
          summary ? summary : err);
   assert_true(matched >= n / 2);
   assert_true(agree >= MIN_OFFLINE_AGREEMENT);
-  free(times);
-  free(clu);
+  offline_sort_free(&off);
   free(got.s);
   free(out);
   free(err);

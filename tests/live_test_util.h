@@ -1,9 +1,13 @@
 /* live_test_util.h — what test_live.c and gpu_test_live.c share: collecting the engine's spikes and
- * ordering them (header-only: both programs are single files). */
+* ordering them, parsing `live`'s JSON lines and matching them with an offline sort (header-only: both programs are single files). */
 #ifndef SS_LIVE_TEST_UTIL_H
 #define SS_LIVE_TEST_UTIL_H
 
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "src/live.h"
 #include "ss_test.h"
@@ -31,6 +35,84 @@ static inline int cmp_spike(const void *a, const void *b) {
   const ss_live_spike *x = a, *y = b;
   if (x->t != y->t) return x->t < y->t ? -1 : 1;
   return (x->channel > y->channel) - (x->channel < y->channel);
+}
+
+/* The JSON lines of `live` (its default output format), collected in order. */
+static inline void parse_lines(const char *text, collected *c) {
+  memset(c, 0, sizeof(*c));
+  for (const char *p = text; p && *p;) {
+    long long t;
+    int unit, channel;
+    float amp, lat;
+    if (sscanf(p, "{\"t\": %lld, \"unit\": %d, \"amp\": %f, \"channel\": %d, \"latency_us\": %f}", &t, &unit, &amp,
+               &channel, &lat) != 5)
+      fail_msg("bad line: %.80s", p);
+    ss_live_spike s = {.t = t, .unit = unit, .channel = channel, .amp = amp, .latency_us = lat};
+    collect(NULL, c, &s);
+    p = strchr(p, '\n');
+    if (p) p++;
+  }
+}
+
+/* A whole dataset of results.h5 / model.h5. */
+static inline void *h5_read(hid_t f, const char *path, hid_t type, size_t size, int64_t *n) {
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  assert_true(d >= 0);
+  hid_t sp = H5Dget_space(d);
+  *n = H5Sget_simple_extent_npoints(sp);
+  void *buf = malloc((size_t)(*n > 0 ? *n : 1) * size);
+  assert_true(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+  H5Sclose(sp);
+  H5Dclose(d);
+  return buf;
+}
+
+/* An offline sort's spikes (results.h5) and its model's causal − offline time offset (model.h5). */
+typedef struct {
+  int64_t n;
+  int64_t *times;
+  int32_t *clu;
+  double offset;
+} offline_sort;
+
+static inline void offline_sort_read(const char *results, const char *model, offline_sort *o) {
+  hid_t f = H5Fopen(results, H5F_ACC_RDONLY, H5P_DEFAULT), mf = H5Fopen(model, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0 && mf >= 0);
+  int64_t n2;
+  o->times = h5_read(f, "/spikes/time_samples", H5T_NATIVE_INT64, sizeof(int64_t), &o->n);
+  o->clu = h5_read(f, "/spikes/cluster", H5T_NATIVE_INT32, sizeof(int32_t), &n2);
+  assert_int_equal(o->n, n2);
+  o->offset = 0;
+  hid_t g = H5Gopen2(mf, "/live", H5P_DEFAULT), at = H5Aopen(g, "time_offset_samples", H5P_DEFAULT);
+  assert_true(at >= 0 && H5Aread(at, H5T_NATIVE_DOUBLE, &o->offset) >= 0);
+  H5Aclose(at);
+  H5Gclose(g);
+  H5Fclose(mf);
+  H5Fclose(f);
+}
+
+static inline void offline_sort_free(offline_sort *o) {
+  free(o->times);
+  free(o->clu);
+}
+
+/* Each offline spike's live twin: the nearest live spike within `tol` samples of its time + the
+ * offset. *matched counts the offline spikes that have one, *same those whose twin has their unit. */
+static inline void offline_match(const offline_sort *o, const collected *got, double tol, int64_t *matched,
+                                 int64_t *same) {
+  int64_t m = 0, sm = 0, j = 0;
+  for (int64_t i = 0; i < o->n; i++) {
+    double t = (double)o->times[i] + o->offset;
+    while (j < got->n && (double)got->s[j].t < t - tol) j++;
+    int64_t best = -1;
+    for (int64_t q = j; q < got->n && (double)got->s[q].t <= t + tol; q++)
+      if (best < 0 || fabs((double)got->s[q].t - t) < fabs((double)got->s[best].t - t)) best = q;
+    if (best < 0) continue;
+    m++;
+    sm += got->s[best].unit == o->clu[i];
+  }
+  *matched = m;
+  *same = sm;
 }
 
 #endif

@@ -389,23 +389,6 @@ static int run_live(const char *replay_args, const char *live_args, char **out, 
   return code;
 }
 
-/* The JSON lines of `live`. */
-static void parse_lines(const char *text, collected *c) {
-  memset(c, 0, sizeof(*c));
-  for (const char *p = text; p && *p;) {
-    long long t;
-    int unit, channel;
-    float amp, lat;
-    if (sscanf(p, "{\"t\": %lld, \"unit\": %d, \"amp\": %f, \"channel\": %d, \"latency_us\": %f}", &t, &unit, &amp,
-               &channel, &lat) != 5)
-      fail_msg("bad line: %.80s", p);
-    ss_live_spike s = {.t = t, .unit = unit, .channel = channel, .amp = amp, .latency_us = lat};
-    collect(NULL, c, &s);
-    p = strchr(p, '\n');
-    if (p) p++;
-  }
-}
-
 static int same_spikes(const collected *a, const collected *b) {
   if (a->n != b->n) return 0;
   for (int64_t i = 0; i < a->n; i++)
@@ -416,18 +399,6 @@ static int same_spikes(const collected *a, const collected *b) {
 }
 
 /* A whole dataset of the given type. */
-static void *h5_read(hid_t f, const char *path, hid_t type, size_t size, int64_t *n) {
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  assert_true(d >= 0);
-  hid_t sp = H5Dget_space(d);
-  *n = H5Sget_simple_extent_npoints(sp);
-  void *buf = malloc((size_t)(*n > 0 ? *n : 1) * size);
-  assert_true(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
-  H5Sclose(sp);
-  H5Dclose(d);
-  return buf;
-}
-
 /* 2. Agreement with the offline sort: each offline spike's live twin (nearest live spike within
  * MATCH_TOLERANCE of its time + the model's causal − offline offset) carries the same unit. */
 static double agreement(const char *assign) {
@@ -440,34 +411,16 @@ static double agreement(const char *assign) {
   parse_lines(out, &got);
   char results[PATH_LEN + 16];
   snprintf(results, sizeof(results), "%s/results.h5", cli_dir);
-  hid_t f = H5Fopen(results, H5F_ACC_RDONLY, H5P_DEFAULT), mf = H5Fopen(cli_model, H5F_ACC_RDONLY, H5P_DEFAULT);
-  assert_true(f >= 0 && mf >= 0);
-  int64_t n, n2;
-  int64_t *times = h5_read(f, "/spikes/time_samples", H5T_NATIVE_INT64, sizeof(int64_t), &n);
-  int32_t *clu = h5_read(f, "/spikes/cluster", H5T_NATIVE_INT32, sizeof(int32_t), &n2);
-  assert_int_equal(n, n2);
-  double offset = 0;
-  hid_t g = H5Gopen2(mf, "/live", H5P_DEFAULT), at = H5Aopen(g, "time_offset_samples", H5P_DEFAULT);
-  assert_true(at >= 0 && H5Aread(at, H5T_NATIVE_DOUBLE, &offset) >= 0);
-  H5Aclose(at);
-  H5Gclose(g);
-  H5Fclose(mf);
-  H5Fclose(f);
+  offline_sort off;
+  offline_sort_read(results, cli_model, &off);
+  const int64_t n = off.n;
+  const double offset = off.offset;
   /* the figure at a few tolerances (the asserted one: MATCH_TOLERANCE) */
   static const int tolerances[] = {1, 2, MATCH_TOLERANCE, 5, 10, 20};
   int64_t matched = 0, same = 0;
   for (size_t k = 0; k < sizeof(tolerances) / sizeof(tolerances[0]); k++) {
-    int64_t m = 0, sm = 0, j = 0;
-    for (int64_t i = 0; i < n; i++) {
-      double t = (double)times[i] + offset, tol = tolerances[k];
-      while (j < got.n && (double)got.s[j].t < t - tol) j++;
-      int64_t best = -1;
-      for (int64_t q = j; q < got.n && (double)got.s[q].t <= t + tol; q++)
-        if (best < 0 || fabs(got.s[q].t - t) < fabs(got.s[best].t - t)) best = q;
-      if (best < 0) continue;
-      m++;
-      sm += got.s[best].unit == clu[i];
-    }
+    int64_t m, sm;
+    offline_match(&off, &got, tolerances[k], &m, &sm);
     printf("within %2d samples: %lld of %lld offline spikes matched, %.2f%% of them with the same unit\n",
            tolerances[k], (long long)m, (long long)n, m ? 100.0 * sm / m : 0.0);
     if (tolerances[k] == MATCH_TOLERANCE) {
@@ -480,8 +433,7 @@ static double agreement(const char *assign) {
          "%.2f%% of them with the same unit\n", assign, (long long)n, (long long)got.n, (long long)matched, offset,
          100.0 * agree);
   assert_true(matched >= n / 2);
-  free(times);
-  free(clu);
+  offline_sort_free(&off);
   free(got.s);
   free(out);
   free(err);
