@@ -4,8 +4,10 @@
  *    merge kernel folds the chunks into the running K' list of each query. With several reference
  *    tiles, GEMMs run on the backend stream and selections on a second stream, double-buffered; with
  *    one reference tile everything runs on the backend stream and the chunks' lists go straight to
- *    the finish kernel (no list fill, no merge). `auto` strategy: the three timed on the first tile
- *    of the first search of each (GPU, n class, K' class), remembered for the process.
+ *    the finish kernel (no list fill, no merge), and repeated calls replay one CUDA graph. The warp
+ *    queue shares a per-query threshold between all warps of a search. `auto` strategy: the three
+ *    timed on the first tile of the first search of each (GPU, n class, K' class), remembered for
+ *    the process.
  *  - fused (forced by ss_knn_opts.path, K' <= 64): one kernel computes the distances in registers
  *    and keeps per-query lists in shared memory (k_fused); measured slower than tiled (docs/knn.md).
  * Both end in k_finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
@@ -32,7 +34,13 @@ constexpr int kThreads = 256;           /* block size of kmin, bitonic, merge, r
 constexpr int kChunk = 4096;            /* references per block for kmin / bitonic (shared memory) */
 constexpr int kWarpBuf = 64;            /* warp queue: pending insertions before a merge */
 constexpr int kWarpsPerBlock = 4;       /* warp queue: independent warps per block */
-constexpr int kWarpMinChunk = 1024;     /* warp queue: fewest references per warp */
+/* warp queue: fewest references per warp. Every chunk pays a warm-up (its first K' ln(chunk / K')
+ * insertions and their merges; ~10 us per extra chunk per query on the 1,200-query grid, inferred from
+ * the H100 timings in docs/knn.md): fewer, longer chunks win while kWarpUnroll keeps enough loads in
+ * flight per warp. */
+constexpr int kWarpMinChunk = 4096;
+constexpr int kWarpUnroll = 8;          /* warp queue: loads per lane in flight (memory-level parallelism) */
+constexpr unsigned kInfBits = 0x7f800000u; /* +inf as float bits: the empty shared threshold */
 constexpr int64_t kTargetWarps = 16384; /* warp queue: work items per tile that fill an H100 */
 constexpr int64_t kMinRefTile = 4096, kMinQueryTile = 128;
 constexpr double kMemFraction = 0.8;    /* of the free device memory a search may take */
@@ -57,13 +65,29 @@ struct plan_key {
   int64_t m, query_tile, ref_tile, k;
 };
 
+/* A CUDA graph of one fixed launch sequence, replayed while its key (shape, strategy and every
+ * pointer the launches bake in) is unchanged. It is captured on the second consecutive call with the
+ * same key, so a caller whose shapes change every call (live mode) never pays for a capture it cannot
+ * reuse; a failed capture turns graphs off for the index (plain launches, same results). */
+struct graph_key {
+  const void *ptr[12];
+  int64_t val[6];
+};
+
+struct graph_cache {
+  graph_key key = {}, last = {};
+  cudaGraphExec_t exec = nullptr;
+  bool off = false;
+};
+
 struct knn_dev {
   float *ref = nullptr, *ref_c = nullptr, *ref_norm = nullptr, *mean = nullptr;
   cudaStream_t sel = nullptr;
   cudaEvent_t gemm_done[2] = {nullptr, nullptr}, sel_done[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
   cudaEvent_t start = nullptr, done = nullptr; /* join the selection stream to the caller's stream */
   int sm_count = 0;
-  ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert;
+  ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau;
+  graph_cache graph, gemm_graph; /* the one-tile search; the benchmark's graph-launched GEMM */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0};
   search_plan plan = {0, 0, 0, 0, 0};
@@ -110,9 +134,10 @@ __device__ void bitonic_sort(V *sv, int *si, int P, int tid, int nthreads) {
     }
 }
 
-/* Centre rows by the mean and take their squared norms; one warp per row. */
+/* Centre rows by the mean and take their squared norms; one warp per row. With tau_bits (queries),
+ * also reset each row's shared selection threshold to +inf: this kernel runs first in every search. */
 __global__ void k_center(const float *x, const float *mean, int64_t n, int64_t d, float *xc, float *norm,
-                         unsigned *norm_max_bits) {
+                         unsigned *norm_max_bits, unsigned *tau_bits) {
   int64_t r = (int64_t)blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   int lane = threadIdx.x % kWarp;
   if (r >= n) return;
@@ -125,8 +150,14 @@ __global__ void k_center(const float *x, const float *mean, int64_t n, int64_t d
   for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
   if (lane == 0) {
     norm[r] = s;
+    if (tau_bits) tau_bits[r] = kInfBits;
     if (norm_max_bits) atomicMax(norm_max_bits, __float_as_uint(s)); /* non-negative floats order as ints */
   }
+}
+
+__global__ void k_reset_tau(unsigned *tau_bits, int64_t count) {
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < count; t += (int64_t)gridDim.x * blockDim.x)
+    tau_bits[t] = kInfBits;
 }
 
 __global__ void k_fill(float *v, int *i, int64_t count) {
@@ -211,19 +242,49 @@ __global__ void k_select_bitonic(tile_args a, int P) {
   }
 }
 
-/* Warp queue: sort the list (first Kc) and the nb pending entries behind it; keep the first Kc. */
-__device__ void warp_queue_merge(float *sv, int *si, int Kc, int nb, int P, int lane) {
+/* Warp queue layout (P = 2 PL entries, PL = next_pow2(max(K', kWarpBuf))): [0, PL) the sorted list,
+ * whose first K' entries are the warp's best; [PL, PL + kWarpBuf) the pending buffer; the rest +inf,
+ * never written. A merge sorts only the buffer, then the list followed by the reversed upper half is
+ * a bitonic sequence: one half-cleaner pass keeps the PL smallest in the list (the upper half is not
+ * written) and log2(PL) merge stages sort them — about half the work of sorting all P entries. */
+__device__ void warp_queue_merge(float *sv, int *si, int nb, int P, int lane) {
+  int PL = P / 2;
   __syncwarp();
-  for (int t = Kc + nb + lane; t < P; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
+  for (int t = nb + lane; t < kWarpBuf; t += kWarp) sv[PL + t] = INFINITY, si[PL + t] = kNoIndex;
   __syncwarp();
-  bitonic_sort<float, true>(sv, si, P, lane, kWarp);
+  bitonic_sort<float, true>(sv + PL, si + PL, kWarpBuf, lane, kWarp);
+  for (int t = lane; t < PL; t += kWarp) { /* half-cleaner against the upper half read backwards */
+    int u = P - 1 - t;
+    if (kv_less(sv[u], si[u], sv[t], si[t])) sv[t] = sv[u], si[t] = si[u];
+  }
+  __syncwarp();
+  for (int j = PL / 2; j > 0; j >>= 1) { /* bitonic merge of the list */
+    for (int t = lane; t < PL / 2; t += kWarp) {
+      int i = ((t & ~(j - 1)) << 1) | (t & (j - 1)), l = i + j;
+      float vi = sv[i], vl = sv[l];
+      int ii = si[i], il = si[l];
+      if (kv_less(vl, il, vi, ii)) sv[i] = vl, sv[l] = vi, si[i] = il, si[l] = ii;
+    }
+    __syncwarp();
+  }
 }
 
-/* Warp queue: each warp streams its chunk once; an element enters the pending buffer only when it
- * beats the warp's threshold (its K'-th best so far, or the query's running K'-th from earlier
- * reference tiles); a full buffer is merged into the sorted list. After the first few hundred
- * elements almost everything is rejected by one comparison, so the kernel runs at memory speed. */
-__global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_v) {
+/* Publish a warp's K'-th best into the query's shared threshold. Values are >= 0 (clamped), so their
+ * bits order as unsigned integers; an unfilled list (+inf) changes nothing. */
+__device__ __forceinline__ void publish_tau(unsigned *tau_bits, float kth, int lane) {
+  if (tau_bits && lane == 0 && kth < INFINITY) atomicMin(tau_bits, __float_as_uint(kth));
+}
+
+/* Warp queue: each warp streams its chunk once, kWarpUnroll loads per lane in flight. An element
+ * enters the pending buffer only when it beats the threshold: the smallest of the warp's own K'-th
+ * best, the query's running K'-th from earlier reference tiles, and the query's shared threshold
+ * (tau_bits, may be NULL: the smallest K'-th any warp of this search has published for the query).
+ * A full buffer is merged into the sorted list and its new K'-th published. Every published value is
+ * the K'-th of a list that ends among the finish kernel's inputs (directly, or through the running
+ * list, which only improves), so it bounds the final K'-th candidate value from above: a rejected
+ * element is >= that value, which is all the certificate needs (ties included: it compares values).
+ * After warm-up nearly every element is rejected by one comparison: the kernel runs at memory speed. */
+__global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_v, unsigned *tau_bits) {
   extern __shared__ unsigned char sm_w[];
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int item = blockIdx.x * (blockDim.x / kWarp) + w;
@@ -231,29 +292,46 @@ __global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_
   float *sv = (float *)(sm_w + (size_t)w * P * (sizeof(float) + sizeof(int)));
   int *si = (int *)(sv + P);
   int qq = item / a.nch, c = item % a.nch, begin = c * a.chunk, len = min(a.chunk, a.Rt - begin);
+  const float *row = a.dist + (int64_t)qq * a.ld + begin, *rn = a.rnorm + begin;
+  unsigned *shared_tau = tau_bits ? tau_bits + qq : nullptr;
   float qn = a.qnorm[qq], tau = run_v ? run_v[(int64_t)qq * a.Kc + a.Kc - 1] : INFINITY;
-  for (int t = lane; t < a.Kc; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
+  for (int t = lane; t < P; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
   int nb = 0;
-  for (int base = 0; base < len; base += kWarp) {
-    int t = base + lane;
-    float v = t < len ? tile_value(a, qq, qn, begin + t) : INFINITY;
-    bool pass = t < len && v < tau; /* v == tau loses: tau's index is lower (earlier reference) */
-    unsigned mask = __ballot_sync(kFull, pass);
-    if (!mask) continue;
-    int cnt = __popc(mask);
-    if (nb + cnt > kWarpBuf) {
-      warp_queue_merge(sv, si, a.Kc, nb, P, lane);
-      nb = 0;
-      tau = fminf(tau, sv[a.Kc - 1]);
+  for (int base = 0; base < len; base += kWarp * kWarpUnroll) {
+    float v[kWarpUnroll];
+#pragma unroll
+    for (int u = 0; u < kWarpUnroll; u++) { /* independent loads first, then the filter */
+      int t = base + u * kWarp + lane;
+      v[u] = t < len ? fmaxf(qn + rn[t] + row[t], 0.0f) : INFINITY;
     }
-    if (pass) {
-      int pos = a.Kc + nb + __popc(mask & ((1u << lane) - 1u));
-      sv[pos] = v;
-      si[pos] = a.r0 + begin + t;
+    if (shared_tau) tau = fminf(tau, __uint_as_float(*(volatile unsigned *)shared_tau));
+#pragma unroll
+    for (int u = 0; u < kWarpUnroll; u++) {
+      bool pass = v[u] < tau; /* v == tau loses: the certificate only needs rejected values >= tau */
+      unsigned mask = __ballot_sync(kFull, pass);
+      if (!mask) continue;
+      int cnt = __popc(mask);
+      if (nb + cnt > kWarpBuf) {
+        warp_queue_merge(sv, si, nb, P, lane);
+        nb = 0;
+        tau = fminf(tau, sv[a.Kc - 1]);
+        publish_tau(shared_tau, sv[a.Kc - 1], lane);
+        pass = v[u] < tau; /* the tighter threshold applies at once */
+        mask = __ballot_sync(kFull, pass);
+        cnt = __popc(mask);
+      }
+      if (pass) {
+        int pos = P / 2 + nb + __popc(mask & ((1u << lane) - 1u));
+        sv[pos] = v[u];
+        si[pos] = a.r0 + begin + base + u * kWarp + lane;
+      }
+      nb += cnt;
     }
-    nb += cnt;
   }
-  if (nb) warp_queue_merge(sv, si, a.Kc, nb, P, lane);
+  if (nb) {
+    warp_queue_merge(sv, si, nb, P, lane);
+    publish_tau(shared_tau, sv[a.Kc - 1], lane);
+  }
   __syncwarp();
   for (int t = lane; t < a.Kc; t += kWarp) {
     a.pv[(int64_t)item * a.Kc + t] = sv[t];
@@ -566,7 +644,7 @@ int64_t max_chunks(int64_t Q, int64_t R) {
   return nk > warp_most ? nk : (warp_most > nw ? warp_most : nw);
 }
 
-int warp_queue_size(int Kc) { return next_pow2(Kc + kWarpBuf); }
+int warp_queue_size(int Kc) { return 2 * next_pow2(Kc > kWarpBuf ? Kc : kWarpBuf); }
 
 size_t warp_smem(int Kc, int *warps) {
   size_t per = (size_t)warp_queue_size(Kc) * (sizeof(float) + sizeof(int));
@@ -578,7 +656,7 @@ size_t warp_smem(int Kc, int *warps) {
 size_t plan_bytes(const search_plan &p, int64_t m, int64_t d) {
   size_t tiles = 2 * (size_t)p.Q * (size_t)p.R * sizeof(float);
   size_t lists = (size_t)p.Q * (size_t)p.Kc * (1 + (size_t)p.part_chunks) * (sizeof(float) + sizeof(int));
-  size_t queries = (size_t)m * (size_t)d * 2 * sizeof(float) + (size_t)m * sizeof(float);
+  size_t queries = (size_t)m * (size_t)d * 2 * sizeof(float) + (size_t)m * (sizeof(float) + sizeof(unsigned));
   size_t outs = (size_t)m * (size_t)p.k * (sizeof(int) + sizeof(double)) + (size_t)m;
   return tiles + lists + queries + outs;
 }
@@ -604,7 +682,7 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
 
 size_t ws_held(const knn_dev *dv) {
   const ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert};
+                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau};
   size_t s = 0;
   for (const ws_buf *x : b) s += x->bytes;
   return s;
@@ -625,6 +703,7 @@ ss_status alloc_workspace(ss_ctx *ctx, knn_dev *dv, const search_plan &p, int64_
   SS_TRY(ws_ensure(ctx, &dv->out_i, (size_t)m * (size_t)p.k * sizeof(int), "KNN neighbour indices"));
   SS_TRY(ws_ensure(ctx, &dv->out_d, (size_t)m * (size_t)p.k * sizeof(double), "KNN neighbour distances"));
   SS_TRY(ws_ensure(ctx, &dv->cert, (size_t)m, "KNN certificates"));
+  SS_TRY(ws_ensure(ctx, &dv->tau, (size_t)m * sizeof(unsigned), "KNN shared thresholds"));
   return SS_OK;
 }
 
@@ -650,9 +729,10 @@ ss_status gemm_tile(ss_ctx *ctx, const search_run &r, int64_t q0, int64_t Qt, in
 }
 
 /* Selection of one tile on the selection stream, then (unless `direct`: the chunks' lists are the
- * result) the merge into the running lists. */
+ * result) the merge into the running lists. `share`: the warp queue uses and publishes the queries'
+ * shared thresholds (not while calibrating: those lists are thrown away, so they must not publish). */
 ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0, int64_t Qt, int64_t r0, int64_t Rt,
-                      int b, bool direct) {
+                      int b, bool direct, bool share) {
   tile_args a;
   a.dist = (const float *)r.dv->dist_tile[b].p;
   a.ld = Rt;
@@ -672,8 +752,9 @@ ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0
   } else {
     int wpb;
     size_t smem = warp_smem(a.Kc, &wpb);
-    k_select_warp<<<(unsigned)ceil_div(items, wpb), wpb * kWarp, smem, r.s1>>>(a, warp_queue_size(a.Kc), (int)items,
-                                                                               direct ? nullptr : (const float *)r.dv->run_v.p);
+    unsigned *tau = share ? (unsigned *)r.dv->tau.p + q0 : nullptr;
+    k_select_warp<<<(unsigned)ceil_div(items, wpb), wpb * kWarp, smem, r.s1>>>(
+        a, warp_queue_size(a.Kc), (int)items, direct ? nullptr : (const float *)r.dv->run_v.p, tau);
   }
   SS_CUDA_TRY_LAUNCH(ctx, "knn selection");
   if (direct) return SS_OK;
@@ -708,12 +789,16 @@ int log2_floor(int64_t x) {
   return l;
 }
 
+/* One strategy on the first tile, as the search runs it (shared thresholds reset before each run:
+ * the lists are thrown away, so nothing they published may survive; the search resets them again). */
 ss_status time_strategy(ss_ctx *ctx, const search_run &r, int strategy, int64_t Qt, int64_t Rt, float *ms) {
   *ms = INFINITY;
   for (int rep = 0; rep < kCalibRepeats; rep++) {
     SS_TRY(fill_lists(ctx, r, Qt));
+    k_reset_tau<<<(unsigned)ceil_div(Qt, kThreads), kThreads, 0, r.s1>>>((unsigned *)r.dv->tau.p, Qt);
+    SS_CUDA_TRY_LAUNCH(ctx, "knn threshold reset");
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->t0, r.s1));
-    SS_TRY(select_tile(ctx, r, strategy, 0, Qt, 0, Rt, 0, false));
+    SS_TRY(select_tile(ctx, r, strategy, 0, Qt, 0, Rt, 0, false, true));
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->t1, r.s1));
     SS_CUDA_TRY(ctx, cudaEventSynchronize(r.dv->t1));
     float t;
@@ -723,18 +808,24 @@ ss_status time_strategy(ss_ctx *ctx, const search_run &r, int strategy, int64_t 
   return SS_OK;
 }
 
-ss_status resolve_strategy(ss_ctx *ctx, const search_run &r, int requested, int64_t m, int *out) {
+/* The strategy without running anything: the requested one, or auto's remembered choice. False when
+ * auto has not calibrated this class yet. */
+bool strategy_known(const search_run &r, int requested, int *out) {
   *out = requested;
-  if (requested != SS_KNN_AUTO) return SS_OK;
+  if (requested != SS_KNN_AUTO) return true;
   int device = ss_cuda_of(r.ix->be)->device, nc = log2_floor(r.ix->n), kc = log2_floor(next_pow2(r.p.Kc));
-  {
-    std::lock_guard<std::mutex> lock(g_calib_mu);
-    for (int i = 0; i < g_ncalib; i++)
-      if (g_calib[i].device == device && g_calib[i].n_class == nc && g_calib[i].kc_class == kc) {
-        *out = g_calib[i].strategy;
-        return SS_OK;
-      }
-  }
+  std::lock_guard<std::mutex> lock(g_calib_mu);
+  for (int i = 0; i < g_ncalib; i++)
+    if (g_calib[i].device == device && g_calib[i].n_class == nc && g_calib[i].kc_class == kc) {
+      *out = g_calib[i].strategy;
+      return true;
+    }
+  return false;
+}
+
+/* auto: time the three strategies on the first tile (centred queries needed) and remember the fastest. */
+ss_status calibrate_strategy(ss_ctx *ctx, const search_run &r, int64_t m, int *out) {
+  int device = ss_cuda_of(r.ix->be)->device, nc = log2_floor(r.ix->n), kc = log2_floor(next_pow2(r.p.Kc));
   int64_t Qt = r.p.Q < m ? r.p.Q : m, Rt = r.p.R < r.ix->n ? r.p.R : r.ix->n;
   SS_TRY(gemm_tile(ctx, r, 0, Qt, 0, Rt, 0));
   const int cand[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP};
@@ -756,7 +847,7 @@ ss_status resolve_strategy(ss_ctx *ctx, const search_run &r, int requested, int6
 ss_status centre_queries(ss_ctx *ctx, const search_run &r, const float *d_query, int64_t m) {
   unsigned blocks = (unsigned)ceil_div(m, kThreads / kWarp);
   k_center<<<blocks, kThreads, 0, r.s0>>>(d_query, r.dv->mean, m, r.ix->d, (float *)r.dv->qc.p, (float *)r.dv->qn.p,
-                                          nullptr);
+                                          nullptr, (unsigned *)r.dv->tau.p);
   SS_CUDA_TRY_LAUNCH(ctx, "knn query centring");
   return SS_OK;
 }
@@ -793,7 +884,7 @@ ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float 
     for (int64_t r0 = 0; r0 < n; r0 += r.p.R, tile++) {
       int64_t Rt = n - r0 < r.p.R ? n - r0 : r.p.R;
       SS_TRY(gemm_tile(ctx, r, q0, Qt, r0, Rt, tile % 2));
-      if (!gemm_only) SS_TRY(select_tile(ctx, r, strategy, q0, Qt, r0, Rt, tile % 2, r.direct));
+      if (!gemm_only) SS_TRY(select_tile(ctx, r, strategy, q0, Qt, r0, Rt, tile % 2, r.direct, true));
     }
     if (gemm_only) continue;
     finish_out o = {out.idx + q0 * r.p.k, out.dist ? out.dist + q0 * r.p.k : nullptr, out.cert + q0};
@@ -810,8 +901,65 @@ ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float 
   return SS_OK;
 }
 
+bool same_key(const graph_key &a, const graph_key &b) { return !memcmp(&a, &b, sizeof(a)); }
+
+/* Run `launch` on stream s through the cache's graph (see graph_cache); *graphed: it ran as a graph. */
+template <typename F>
+ss_status graph_run(ss_ctx *ctx, graph_cache &g, const graph_key &key, cudaStream_t s, F launch, bool *graphed) {
+  *graphed = false;
+  if (!g.off && g.exec && same_key(key, g.key)) {
+    SS_CUDA_TRY(ctx, cudaGraphLaunch(g.exec, s));
+    *graphed = true;
+    return SS_OK;
+  }
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  SS_CUDA_TRY(ctx, cudaStreamIsCapturing(s, &cs));
+  bool capture = !g.off && cs == cudaStreamCaptureStatusNone && same_key(key, g.last);
+  g.last = key;
+  if (!capture) return launch(); /* a caller capturing us gets plain launches in its own graph */
+  if (g.exec) cudaGraphExecDestroy(g.exec); /* an in-flight launch completes first */
+  g.exec = nullptr;
+  SS_CUDA_TRY(ctx, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  ss_status st = launch();
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamEndCapture(s, &graph);
+  if (st == SS_OK && e == cudaSuccess) e = cudaGraphInstantiate(&g.exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (st != SS_OK || e != cudaSuccess) {
+    (void)cudaGetLastError();
+    g.exec = nullptr;
+    g.off = true;
+    ss_log_info(ctx, "knn: CUDA graph capture failed (%s); launching directly from now on",
+                e != cudaSuccess ? cudaGetErrorString(e) : ss_error_message(ctx));
+    return launch();
+  }
+  g.key = key;
+  SS_CUDA_TRY(ctx, cudaGraphLaunch(g.exec, s));
+  *graphed = true;
+  return SS_OK;
+}
+
+/* What a graph of the tiled path bakes in besides the index: the caller's pointers, the workspace
+ * (it may be reallocated between calls), the shape and the strategy. */
+graph_key tiled_key(const search_run &r, const float *d_query, int64_t m, int strategy, int gemm_only,
+                    const finish_out &out) {
+  graph_key k;
+  memset(&k, 0, sizeof(k));
+  const knn_dev *dv = r.dv;
+  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->qc.p, dv->qn.p, dv->dist_tile[0].p,
+                     dv->dist_tile[1].p, dv->part_v.p, dv->part_i.p, dv->tau.p, dv->run_v.p};
+  static_assert(sizeof(p) / sizeof(p[0]) == sizeof(k.ptr) / sizeof(k.ptr[0]), "graph key pointers");
+  memcpy(k.ptr, p, sizeof(p));
+  const int64_t v[] = {m, strategy, gemm_only, r.p.Q, r.p.R, (int64_t)r.p.Kc * 65536 + r.p.k};
+  static_assert(sizeof(v) / sizeof(v[0]) == sizeof(k.val) / sizeof(k.val[0]), "graph key values");
+  memcpy(k.val, v, sizeof(v));
+  return k;
+}
+
 /* The tiled path: centring, SGEMM tiles on the backend stream, selections and the finish on the
- * selection stream, joined back to the backend stream at the end. */
+ * selection stream, joined back to the backend stream at the end. With one reference tile (one
+ * stream) the sequence is replayed as a CUDA graph: on small problems the launches cost more than
+ * the kernels. */
 ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                        const finish_out &out, ss_knn_stats *stats) {
   search_run r;
@@ -835,7 +983,12 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     r.qc = d_query;
     r.qn = nullptr;
     r.s1 = r.s0; /* no selection to overlap: no events */
-    return run_tiles(ctx, r, SS_KNN_AUTO, d_query, m, 1, out);
+    auto gemms = [&]() { return run_tiles(ctx, r, SS_KNN_AUTO, d_query, m, 1, out); };
+    if (o->gemm_only != SS_KNN_GEMM_ONLY_GRAPH) return gemms();
+    bool graphed;
+    SS_TRY(graph_run(ctx, r.dv->gemm_graph, tiled_key(r, d_query, m, SS_KNN_AUTO, 1, out), r.s0, gemms, &graphed));
+    if (stats) stats->graph = graphed;
+    return SS_OK;
   }
   r.qc = (const float *)r.dv->qc.p;
   r.qn = (const float *)r.dv->qn.p;
@@ -847,10 +1000,18 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->start, r.s0));
     SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->start, 0));
   }
-  SS_TRY(centre_queries(ctx, r, d_query, m));
   int strategy = SS_KNN_AUTO;
-  SS_TRY(resolve_strategy(ctx, r, o->strategy, m, &strategy));
-  SS_TRY(run_tiles(ctx, r, strategy, d_query, m, 0, out));
+  if (!strategy_known(r, o->strategy, &strategy)) { /* first search of its class: calibrate (synchronises) */
+    SS_TRY(centre_queries(ctx, r, d_query, m));
+    SS_TRY(calibrate_strategy(ctx, r, m, &strategy));
+  }
+  auto search = [&]() -> ss_status {
+    SS_TRY(centre_queries(ctx, r, d_query, m)); /* also resets the shared thresholds */
+    return run_tiles(ctx, r, strategy, d_query, m, 0, out);
+  };
+  bool graphed = false;
+  if (r.direct) SS_TRY(graph_run(ctx, r.dv->graph, tiled_key(r, d_query, m, strategy, 0, out), r.s0, search, &graphed));
+  else SS_TRY(search());
   if (r.s1 != r.s0) {
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->done, r.s1));
     SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s0, r.dv->done, 0));
@@ -859,6 +1020,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     stats->strategy = strategy;
     stats->query_tile = r.p.Q;
     stats->ref_tile = r.p.R;
+    stats->graph = graphed;
   }
   return SS_OK;
 }
@@ -976,7 +1138,7 @@ extern "C" ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix) {
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(dv->mean, ix->mean, (size_t)d * sizeof(float), cudaMemcpyHostToDevice, s0));
   SS_CUDA_TRY(ctx, cudaMemsetAsync(max_bits.p, 0, sizeof(unsigned), s0));
   k_center<<<(unsigned)ceil_div(n, kThreads / kWarp), kThreads, 0, s0>>>(dv->ref, dv->mean, n, d, dv->ref_c,
-                                                                          dv->ref_norm, max_bits.p);
+                                                                          dv->ref_norm, max_bits.p, nullptr);
   SS_CUDA_TRY_LAUNCH(ctx, "knn reference centring");
   unsigned bits = 0;
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(&bits, max_bits.p, sizeof(unsigned), cudaMemcpyDeviceToHost, s0));
@@ -993,8 +1155,10 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   if (dv->sel) cudaStreamSynchronize(dv->sel);
   cudaFree(dv->ref), cudaFree(dv->ref_c), cudaFree(dv->ref_norm), cudaFree(dv->mean);
   ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert};
+                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau};
   for (ws_buf *x : b) cudaFree(x->p);
+  if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);
+  if (dv->gemm_graph.exec) cudaGraphExecDestroy(dv->gemm_graph.exec);
   for (int i = 0; i < 2; i++) {
     if (dv->gemm_done[i]) cudaEventDestroy(dv->gemm_done[i]);
     if (dv->sel_done[i]) cudaEventDestroy(dv->sel_done[i]);
@@ -1017,6 +1181,7 @@ extern "C" ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, co
   if (stats) {
     stats->candidates = Kc;
     stats->path = path;
+    stats->graph = 0;
   }
   if (m == 0) return SS_OK;
   finish_out out = {(int *)d_idx, d_dist, d_certified};

@@ -89,8 +89,10 @@ typedef struct {
   int strategy;       /* ss_knn_strategy; the CPU always selects with a heap */
   int64_t query_tile; /* queries per distance tile (GPU) */
   int64_t ref_tile;   /* references per distance tile (GPU) */
-  int gemm_only;      /* benchmark hook: run only the tiled distance GEMM; outputs untouched */
+  int gemm_only;      /* benchmark hook: run only the tiled distance GEMM; outputs untouched
+                         (SS_KNN_GEMM_ONLY_GRAPH: the same SGEMM calls replayed as one CUDA graph) */
 } ss_knn_opts;
+#define SS_KNN_GEMM_ONLY_GRAPH 2
 
 typedef struct {
   int64_t candidates;  /* K' per query */
@@ -98,6 +100,7 @@ typedef struct {
   int strategy;        /* the GPU strategy that ran (auto resolved); SS_KNN_AUTO on the CPU */
   int path;            /* the GPU path that ran (ss_knn_path, auto resolved) */
   int64_t query_tile, ref_tile; /* GPU tiles used */
+  int graph;           /* 1: the GPU search was launched as a CUDA graph (repeated one-tile searches) */
 } ss_knn_stats;
 
 /* A reference set prepared for searches. `ref` is borrowed: it must outlive the index. The fields

@@ -13,11 +13,17 @@
 #include "src/rng.h"
 #include "ss_test.h"
 
+/* grid 0: uniform in [-100, 100]; 1: coordinates in {0, 1, 2} (exact ties); 2: points along a line
+ * in index order plus small noise, so that a query's neighbours are consecutive references (all in
+ * one chunk of one warp). */
 static float *random_points(int64_t n, int64_t d, uint64_t stream, int grid) {
   float *x = malloc(sizeof(float) * (size_t)(n * d));
   ss_rng r = ss_rng_make((uint64_t)time(NULL), SS_RNG_TEST, stream);
-  for (int64_t i = 0; i < n * d; i++)
-    x[i] = grid ? (float)ss_rng_next_below(&r, 3) : (float)(200.0 * ss_rng_next_uniform(&r) - 100.0);
+  for (int64_t i = 0; i < n * d; i++) {
+    if (grid == 1) x[i] = (float)ss_rng_next_below(&r, 3);
+    else if (grid == 2) x[i] = (float)((i % d ? 0.0 : 200.0 * (double)(i / d) / (double)n - 100.0) + ss_rng_next_uniform(&r));
+    else x[i] = (float)(200.0 * ss_rng_next_uniform(&r) - 100.0);
+  }
   return x;
 }
 
@@ -88,6 +94,9 @@ static void cpu_gpu_identical(void **state) {
       {33000, 1300, 256, 25, 4096, 65536, 0},  /* fused: many splits, d a multiple of the dimension tile */
       {4999, 130, 45, 49, 4096, 65536, 0},     /* fused: the largest K' (64), queries and d off the tiles */
       {40, 70, 3, 40, 4096, 65536, 0},         /* fused: k = n smaller than one reference tile */
+      {5000, 20, 5, 1800, 4096, 65536, 0},     /* K' = 2033: the largest warp queue (P = 4096) */
+      {30011, 500, 7, 32, 4096, 65536, 2},     /* neighbours consecutive in index order, k = 32, d odd */
+      {100003, 64, 9, 20, 4096, 16384, 0},     /* seven reference tiles: shared thresholds across tiles */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
@@ -144,6 +153,86 @@ static void device_entry_identical(void **state) {
   ss_backend_close(&cpu);
   ss_backend_close(&gpu);
 #endif
+}
+
+/* Repeated searches with the same shape: the first runs plain launches, the second captures a CUDA
+ * graph, later ones replay it — with new query values each time (host API: same device buffers),
+ * then with another k (a new graph), then through the device entry with two query buffers in turn
+ * (each change of pointer changes the graph key). Every answer is the CPU's. */
+static void check_gpu_answer(const ss_knn_index *cx, const int64_t *gi, const double *gd, const float *q, int64_t m,
+                             int64_t k, const char *what, int call) {
+  int64_t *ci = malloc(sizeof(int64_t) * m * k);
+  double *cd = malloc(sizeof(double) * m * k);
+  int64_t diff = 0;
+  for (int64_t i = 0; i < m; i++) ss_knn_exact_scan(cx->ref, cx->n, cx->d, q + i * cx->d, k, ci + i * k, cd + i * k);
+  for (int64_t i = 0; i < m * k; i++) diff += ci[i] != gi[i] || cd[i] != gd[i];
+  printf("%s, call %d: %lld differences\n", what, call, (long long)diff);
+  assert_int_equal(diff, 0);
+  free(ci), free(cd);
+}
+
+static void repeated_searches_identical(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend cpu = open_be(SS_DEVICE_CPU), gpu = open_be(SS_DEVICE_CUDA);
+  const int64_t n = 5003, m = 300, d = 13, kmax = 70;
+  float *ref = random_points(n, d, 61, 0);
+  int64_t *gi = malloc(sizeof(int64_t) * m * kmax);
+  double *gd = malloc(sizeof(double) * m * kmax);
+  ss_knn_index *cx, *gx;
+  assert_int_equal(ss_knn_index_create(&ctx, &cpu, ref, n, d, &cx), SS_OK);
+  assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, n, d, &gx), SS_OK);
+  const int64_t ks[] = {32, kmax};
+  const int strategies[] = {SS_KNN_WARP, SS_KNN_AUTO};
+  for (int v = 0; v < 2; v++) {
+    ss_knn_opts o = {.k = ks[v], .strategy = strategies[v], .query_tile = 4096, .ref_tile = 65536};
+    for (int call = 0; call < 4; call++) {
+      float *q = random_points(m, d, 62 + 4 * (uint64_t)v + (uint64_t)call, 0);
+      ss_knn_stats st;
+      if (ss_knn_search(&ctx, gx, &o, q, m, gi, gd, &st) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+      check_gpu_answer(cx, gi, gd, q, m, o.k, ks[v] == kmax ? "host API, k 70" : "host API, k 32", call);
+      printf("  graph %d\n", st.graph);
+      assert_int_equal(st.graph, call > 0); /* plain, then captured, then replayed */
+      free(q);
+    }
+  }
+#if SS_HAVE_CUDA
+  const int64_t k = 25;
+  float *dq[2];
+  int32_t *di, *hi = malloc(sizeof(int32_t) * m * k);
+  double *dd;
+  uint8_t *dc;
+  assert_int_equal(cudaMalloc((void **)&dq[0], sizeof(float) * m * d), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&dq[1], sizeof(float) * m * d), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&di, sizeof(int32_t) * m * k), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&dd, sizeof(double) * m * k), cudaSuccess);
+  assert_int_equal(cudaMalloc((void **)&dc, (size_t)m), cudaSuccess);
+  ss_knn_opts o = {.k = k, .query_tile = 4096, .ref_tile = 65536};
+  for (int call = 0; call < 6; call++) {
+    int b = call / 3; /* three calls on each buffer: plain, capture, replay */
+    float *q = random_points(m, d, 80 + (uint64_t)call, 0);
+    assert_int_equal(cudaMemcpy(dq[b], q, sizeof(float) * m * d, cudaMemcpyHostToDevice), cudaSuccess);
+    ss_knn_stats st;
+    if (ss_knn_cuda_search_device(&ctx, gx, &o, dq[b], m, di, dd, dc, &st) != SS_OK)
+      fail_msg("%s", ss_error_message(&ctx));
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    assert_int_equal(cudaMemcpy(hi, di, sizeof(int32_t) * m * k, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_int_equal(cudaMemcpy(gd, dd, sizeof(double) * m * k, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t i = 0; i < m * k; i++) gi[i] = hi[i];
+    check_gpu_answer(cx, gi, gd, q, m, k, "device entry", call);
+    printf("  graph %d\n", st.graph);
+    assert_int_equal(st.graph, call % 3 != 0);
+    free(q);
+  }
+  cudaFree(dq[0]), cudaFree(dq[1]), cudaFree(di), cudaFree(dd), cudaFree(dc);
+  free(hi);
+#endif
+  ss_knn_index_free(cx);
+  ss_knn_index_free(gx);
+  free(ref), free(gi), free(gd);
+  ss_backend_close(&cpu);
+  ss_backend_close(&gpu);
 }
 
 static void incremental_identical(void **state) {
@@ -221,6 +310,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cpu_gpu_identical),
       cmocka_unit_test(device_entry_identical),
+      cmocka_unit_test(repeated_searches_identical),
       cmocka_unit_test(incremental_identical),
       cmocka_unit_test(k_beyond_gpu_limit),
       cmocka_unit_test(cli_both_devices),
