@@ -7,7 +7,9 @@
  *              the two; host API end to end (upload, search, download; wall clock) with, for
  *              reference, upload + centring + SGEMMs; our CPU path on the grid
  *   crossover: k = 1..256 at 1,200 x 2^15, d = 64 — kmin, bitonic and warp forced
- * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--case M N D K]
+ *   chunks:    1,200 queries, references 2^12..2^15, d in {32, 128}, k = 25: device-resident auto
+ *              search with the warp queue's chunks at 1024, 2048 and 4096 (the default) references
+ * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--case M N D K]
  *   (--quick: small sizes, for a smoke run without a GPU; the others skip parts, for short runs;
  *   --case: that one case alone, group "probe", e.g. under a profiler) */
 #include <math.h>
@@ -31,6 +33,7 @@
 #define GRID_DEVICE_REPEATS 20
 #define LARGE_DEVICE_REPEATS 5
 #define FUSED_MAX_REFS 65536 /* the fused path is timed on the grid only (slower; minutes on the large cases) */
+#define CHUNK_SWEEP_MIN_LOG2 12
 
 typedef struct {
   ss_ctx *ctx;
@@ -139,6 +142,58 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
 }
 #endif
 
+#if SS_HAVE_CUDA
+/* The warp queue's chunk length (ss_knn_opts.warp_chunk) on grid-sized searches, device-resident. */
+static void chunk_sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu) {
+  const int64_t dims[] = {32, 128}, chunks[] = {1024, 2048, 4096}, m = GRID_QUERIES, k = GRID_K;
+  for (int di = 0; di < 2; di++)
+    for (int e = CHUNK_SWEEP_MIN_LOG2; e <= 15; e++) {
+      int64_t n = (int64_t)1 << e, d = dims[di];
+      float *ref = random_points(n, d, 1), *q = random_points(m, d, 2), *dq = NULL;
+      int32_t *di_ = NULL;
+      double *dd = NULL;
+      uint8_t *dc = NULL;
+      ss_knn_index *ix = NULL;
+      char name[128];
+      snprintf(name, sizeof(name), "chunks_m%lld_n%lld_d%lld_k%lld", (long long)m, (long long)n, (long long)d,
+               (long long)k);
+      if (ref && q && ss_knn_index_create(ctx, gpu, ref, n, d, &ix) == SS_OK &&
+          cudaMalloc((void **)&dq, sizeof(float) * (size_t)(m * d)) == cudaSuccess &&
+          cudaMalloc((void **)&di_, sizeof(int32_t) * (size_t)(m * k)) == cudaSuccess &&
+          cudaMalloc((void **)&dd, sizeof(double) * (size_t)(m * k)) == cudaSuccess &&
+          cudaMalloc((void **)&dc, (size_t)m) == cudaSuccess &&
+          cudaMemcpy(dq, q, sizeof(float) * (size_t)(m * d), cudaMemcpyHostToDevice) == cudaSuccess) {
+        cJSON *c = ss_bench_case(doc, name);
+        cJSON_AddStringToObject(c, "group", "chunks");
+        cJSON_AddNumberToObject(c, "queries", (double)m);
+        cJSON_AddNumberToObject(c, "refs", (double)n);
+        cJSON_AddNumberToObject(c, "dim", (double)d);
+        cJSON_AddNumberToObject(c, "k", (double)k);
+        printf("%s:", name);
+        for (int ci = 0; ci < 3; ci++) {
+          ss_params p;
+          ss_params_defaults(&p);
+          ss_knn_opts o;
+          ss_knn_opts_from_params(&o, &p);
+          o.k = k, o.warp_chunk = chunks[ci];
+          double t = NAN;
+          if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di_, dd, dc, GRID_DEVICE_REPEATS, &t, NULL) != SS_OK)
+            fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
+          char key[64];
+          snprintf(key, sizeof(key), "device_s_chunk%lld", (long long)chunks[ci]);
+          cJSON_AddNumberToObject(c, key, t);
+          printf("  chunk %lld: %.6f s", (long long)chunks[ci], t);
+        }
+        printf("\n");
+        fflush(stdout);
+      }
+      if (ix) ss_knn_index_free(ix);
+      cudaFree(dq), cudaFree(di_), cudaFree(dd), cudaFree(dc);
+      free(ref), free(q);
+    }
+}
+#endif
+
 /* One case: device-resident GPU timings, host API end to end, optionally the CPU path. Returns the
  * device-resident ratio ours / GEMM. */
 static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, const ss_backend *cpu,
@@ -229,7 +284,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *out = "bench/results/knn_ours.json";
-  int quick = 0, with_cpu = 1, with_crossover = 1;
+  int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1;
   int64_t probe[4] = {0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -237,6 +292,7 @@ int main(int argc, char **argv) {
       for (int j = 0; j < 4; j++) probe[j] = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--no-cpu")) with_cpu = 0;
     else if (!strcmp(argv[i], "--no-crossover")) with_crossover = 0;
+    else if (!strcmp(argv[i], "--no-chunks")) with_chunks = 0;
     else out = argv[i];
   }
   ss_ctx ctx;
@@ -278,6 +334,9 @@ int main(int argc, char **argv) {
       if (LARGE_K <= 32 && r > max_ratio) max_ratio = r;
       if (r > max_large) max_large = r;
     }
+#if SS_HAVE_CUDA
+    if (with_chunks && !quick) chunk_sweep(&doc, &ctx, g);
+#endif
     if (with_crossover) {
       int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);
       ss_bench_summary_number(&doc, "kmin_bitonic_crossover_k", (double)cross);

@@ -5,14 +5,16 @@
  *    tiles, GEMMs run on the backend stream and selections on a second stream, double-buffered; with
  *    one reference tile everything runs on the backend stream and the chunks' lists go straight to
  *    the finish kernel (no list fill, no merge), and repeated calls replay one CUDA graph. The warp
- *    queue shares a per-query threshold between all warps of a search. `auto` strategy: the three
+ *    queue shares a per-query threshold between all warps of a search; in a one-tile search with
+ *    K' <= 64 it starts from a seed threshold (warp_seed) instead of warming up. `auto` strategy: the three
  *    timed on the first tile of the first search of each (GPU, n class, K' class), remembered for
  *    the process.
  *  - fused (forced by ss_knn_opts.path, K' <= 64): one kernel computes the distances in registers
  *    and keeps per-query lists in shared memory (k_fused); measured slower than tiled (docs/knn.md).
- * Both end in k_finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
- * all on the device. ss_knn_cuda_search_device is the device-resident entry (no host sync);
- * ss_knn_cuda_search wraps it with the upload and download. */
+ * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
+ * all on the device (k_finish_warp, a warp per query, when K' <= 64; else k_finish, a block per
+ * query). ss_knn_cuda_search_device is the device-resident entry (no host sync); ss_knn_cuda_search
+ * wraps it with the upload and download. */
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -59,10 +61,11 @@ struct search_plan {
   int64_t Q, R;
   int Kc, k;
   int64_t part_chunks;
+  int64_t wchunk; /* warp queue: fewest references per chunk (ss_knn_opts.warp_chunk, else kWarpMinChunk) */
 };
 
 struct plan_key {
-  int64_t m, query_tile, ref_tile, k;
+  int64_t m, query_tile, ref_tile, k, warp_chunk;
 };
 
 /* A CUDA graph of one fixed launch sequence, replayed while its key (shape, strategy and every
@@ -71,7 +74,7 @@ struct plan_key {
  * reuse; a failed capture turns graphs off for the index (plain launches, same results). */
 struct graph_key {
   const void *ptr[12];
-  int64_t val[6];
+  int64_t val[7];
 };
 
 struct graph_cache {
@@ -89,8 +92,8 @@ struct knn_dev {
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau;
   graph_cache graph, gemm_graph; /* the one-tile search; the benchmark's graph-launched GEMM */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
-  plan_key plan_key_ = {0, 0, 0, 0};
-  search_plan plan = {0, 0, 0, 0, 0};
+  plan_key plan_key_ = {0, 0, 0, 0, 0};
+  search_plan plan = {0, 0, 0, 0, 0, 0};
 };
 
 ss_status ws_ensure(ss_ctx *ctx, ws_buf *b, size_t bytes, const char *what) {
@@ -242,17 +245,10 @@ __global__ void k_select_bitonic(tile_args a, int P) {
   }
 }
 
-/* Warp queue layout (P = 2 PL entries, PL = next_pow2(max(K', kWarpBuf))): [0, PL) the sorted list,
- * whose first K' entries are the warp's best; [PL, PL + kWarpBuf) the pending buffer; the rest +inf,
- * never written. A merge sorts only the buffer, then the list followed by the reversed upper half is
- * a bitonic sequence: one half-cleaner pass keeps the PL smallest in the list (the upper half is not
- * written) and log2(PL) merge stages sort them — about half the work of sorting all P entries. */
-__device__ void warp_queue_merge(float *sv, int *si, int nb, int P, int lane) {
+/* The list [0, PL) and the upper half [PL, P), both sorted ascending (P = 2 PL): the PL smallest of
+ * the two, sorted, into the list (one half-cleaner pass, log2(PL) merge stages); one warp. */
+__device__ void warp_merge_sorted(float *sv, int *si, int P, int lane) {
   int PL = P / 2;
-  __syncwarp();
-  for (int t = nb + lane; t < kWarpBuf; t += kWarp) sv[PL + t] = INFINITY, si[PL + t] = kNoIndex;
-  __syncwarp();
-  bitonic_sort<float, true>(sv + PL, si + PL, kWarpBuf, lane, kWarp);
   for (int t = lane; t < PL; t += kWarp) { /* half-cleaner against the upper half read backwards */
     int u = P - 1 - t;
     if (kv_less(sv[u], si[u], sv[t], si[t])) sv[t] = sv[u], si[t] = si[u];
@@ -269,10 +265,66 @@ __device__ void warp_queue_merge(float *sv, int *si, int nb, int P, int lane) {
   }
 }
 
+/* Warp queue layout (P = 2 PL entries, PL = next_pow2(max(K', kWarpBuf))): [0, PL) the sorted list,
+ * whose first K' entries are the warp's best; [PL, PL + kWarpBuf) the pending buffer; the rest +inf,
+ * never written. A merge sorts only the buffer, then the list followed by the reversed upper half is
+ * a bitonic sequence: one half-cleaner pass keeps the PL smallest in the list (the upper half is not
+ * written) and log2(PL) merge stages sort them — about half the work of sorting all P entries. */
+__device__ void warp_queue_merge(float *sv, int *si, int nb, int P, int lane) {
+  int PL = P / 2;
+  __syncwarp();
+  for (int t = nb + lane; t < kWarpBuf; t += kWarp) sv[PL + t] = INFINITY, si[PL + t] = kNoIndex;
+  __syncwarp();
+  bitonic_sort<float, true>(sv + PL, si + PL, kWarpBuf, lane, kWarp);
+  warp_merge_sorted(sv, si, P, lane);
+}
+
 /* Publish a warp's K'-th best into the query's shared threshold. Values are >= 0 (clamped), so their
  * bits order as unsigned integers; an unfilled list (+inf) changes nothing. */
 __device__ __forceinline__ void publish_tau(unsigned *tau_bits, float kth, int lane) {
   if (tau_bits && lane == 0 && kth < INFINITY) atomicMin(tau_bits, __float_as_uint(kth));
+}
+
+/* One element of a warp's chunk: the same expression in both passes of k_select_warp, so that the
+ * seed's guarantee (below) holds for the values the queue filters. */
+__device__ __forceinline__ float warp_value(const float *row, const float *rn, float qn, int t, int len) {
+  return t < len ? fmaxf(qn + rn[t] + row[t], 0.0f) : INFINITY;
+}
+
+/* Warm-up threshold of a warp queue with K' <= kSeedPerLane × 32: a first pass over (a prefix of) the
+ * chunk in which every lane keeps its kSeedPerLane (2) smallest values; the K'-th smallest of those 64
+ * values, x, is the value of a chunk element, and at least K' distinct elements of the chunk are <= x. Filtering the
+ * second pass by v <= x therefore keeps the chunk's K' best (and the final K'-th value A <= x, so a
+ * rejected element, > x, is > A: what the certificate needs), while the queue no longer has to warm
+ * up through ~K' ln(chunk / K') insertions and their merges: about K' + a few elements pass. +inf when
+ * the chunk has fewer than K' elements (no filter). */
+constexpr int kSeedPerLane = 2;
+/* The seed pass reads only the chunk's first kSeedPrefix elements (all of a short chunk): on long
+ * chunks a full extra pass would double the selection's memory traffic (the chunks of a grid search
+ * do not stay in L2), while the prefix is still in cache when the second pass reads it again. */
+constexpr int kSeedPrefix = 1024;
+__device__ float warp_seed(const float *row, const float *rn, float qn, int len, int Kc, int lane) {
+  float m0 = INFINITY, m1 = INFINITY; /* m0 <= m1: this lane's two smallest */
+  for (int base = 0; base < len; base += kWarp * kWarpUnroll) {
+    float v[kWarpUnroll];
+#pragma unroll
+    for (int u = 0; u < kWarpUnroll; u++) v[u] = warp_value(row, rn, qn, base + u * kWarp + lane, len);
+#pragma unroll
+    for (int u = 0; u < kWarpUnroll; u++) {
+      float hi = fmaxf(m0, v[u]);
+      m0 = fminf(m0, v[u]);
+      m1 = fminf(m1, hi);
+    }
+  }
+  int c0 = 0, c1 = 0; /* how many of the 64 values are <= m0, <= m1 */
+  for (int src = 0; src < kWarp; src++) {
+    float b0 = __shfl_sync(kFull, m0, src), b1 = __shfl_sync(kFull, m1, src);
+    c0 += (b0 <= m0) + (b1 <= m0);
+    c1 += (b0 <= m1) + (b1 <= m1);
+  }
+  float x = fminf(c0 >= Kc ? m0 : INFINITY, c1 >= Kc ? m1 : INFINITY); /* K'-th = smallest with >= K' below */
+  for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
+  return x;
 }
 
 /* Warp queue: each warp streams its chunk once, kWarpUnroll loads per lane in flight. An element
@@ -283,8 +335,10 @@ __device__ __forceinline__ void publish_tau(unsigned *tau_bits, float kth, int l
  * the K'-th of a list that ends among the finish kernel's inputs (directly, or through the running
  * list, which only improves), so it bounds the final K'-th candidate value from above: a rejected
  * element is >= that value, which is all the certificate needs (ties included: it compares values).
- * After warm-up nearly every element is rejected by one comparison: the kernel runs at memory speed. */
-__global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_v, unsigned *tau_bits) {
+ * After warm-up nearly every element is rejected by one comparison: the kernel runs at memory speed.
+ * With `seed` (one-tile searches, K' <= 64) the warm-up is skipped: warp_seed's x is applied inclusively
+ * from the first element (it is never published: other warps compare strictly). */
+__global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_v, unsigned *tau_bits, int seed) {
   extern __shared__ unsigned char sm_w[];
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int item = blockIdx.x * (blockDim.x / kWarp) + w;
@@ -296,14 +350,17 @@ __global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_
   unsigned *shared_tau = tau_bits ? tau_bits + qq : nullptr;
   float qn = a.qnorm[qq], tau = run_v ? run_v[(int64_t)qq * a.Kc + a.Kc - 1] : INFINITY;
   for (int t = lane; t < P; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
+  /* v < nextafter(x) is v <= x: the seed keeps elements equal to it (see warp_seed) */
+  if (seed && a.Kc <= kSeedPerLane * kWarp) {
+    float x = warp_seed(row, rn, qn, len < kSeedPrefix ? len : kSeedPrefix, a.Kc, lane);
+    tau = fminf(tau, nextafterf(x, INFINITY));
+  }
   int nb = 0;
   for (int base = 0; base < len; base += kWarp * kWarpUnroll) {
     float v[kWarpUnroll];
 #pragma unroll
-    for (int u = 0; u < kWarpUnroll; u++) { /* independent loads first, then the filter */
-      int t = base + u * kWarp + lane;
-      v[u] = t < len ? fmaxf(qn + rn[t] + row[t], 0.0f) : INFINITY;
-    }
+    for (int u = 0; u < kWarpUnroll; u++) /* independent loads first, then the filter */
+      v[u] = warp_value(row, rn, qn, base + u * kWarp + lane, len);
     if (shared_tau) tau = fminf(tau, __uint_as_float(*(volatile unsigned *)shared_tau));
 #pragma unroll
     for (int u = 0; u < kWarpUnroll; u++) {
@@ -614,6 +671,89 @@ __global__ void k_finish(finish_args a) {
   if (threadIdx.x == 0) a.cert[qq] = ok;
 }
 
+/* ---- finish, one warp per query (K' <= kFinList) -------------------------------------------------
+ * The same answer as k_finish, without block-wide sorts: every input list (a chunk's, a split's or the
+ * running list) is already sorted by (value, index), so the warp folds them into one K' list with
+ * warp_merge_sorted (skipping lists whose best cannot enter); the K' exact distances (one per lane,
+ * the fixed-order double sum) are sorted by a warp bitonic sort of next_pow2(K') <= 64 entries. A
+ * query without the certificate is flagged, and after a block barrier the block's four warps scan
+ * the flagged queries one after another with finish_exact_scan (the fallback of k_finish). */
+constexpr int kFinList = 64;  /* PL: the merged list's length; K' <= this */
+constexpr int kFinWarps = 4;  /* queries per block */
+constexpr size_t kFinWarpBytes = (size_t)kFinList * (sizeof(double) + sizeof(int)) +
+                                 (size_t)2 * kFinList * (sizeof(float) + sizeof(int));
+
+size_t finish_warp_smem(int P2) {
+  size_t per_warps = kFinWarps * kFinWarpBytes, scan = (size_t)P2 * (sizeof(double) + sizeof(int));
+  return per_warps > scan ? per_warps : scan; /* the scan buffer reuses the warps' space */
+}
+
+__global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a, int64_t m) {
+  extern __shared__ __align__(16) unsigned char sm_fw[];
+  __shared__ int need_scan[kFinWarps];
+  constexpr int PL = kFinList, P = 2 * kFinList;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int64_t qq = (int64_t)blockIdx.x * kFinWarps + w;
+  double *sd = (double *)(sm_fw + (size_t)w * kFinWarpBytes);
+  int *si = (int *)(sd + PL);
+  float *lv = (float *)(si + PL);
+  int *li = (int *)(lv + P);
+  bool scan = false;
+  if (qq < m) { /* the whole warp: qq is uniform */
+    const float *qrow = a.q + qq * a.d, *gv = a.cand_v + qq * a.L;
+    const int *gi = a.cand_i + qq * a.L;
+    for (int t = lane; t < PL; t += kWarp) lv[t] = t < a.Kc ? gv[t] : INFINITY, li[t] = t < a.Kc ? gi[t] : kNoIndex;
+    __syncwarp();
+    for (int c = 1; c < a.L / a.Kc; c++) {
+      const float *bv = gv + (int64_t)c * a.Kc;
+      const int *bi = gi + (int64_t)c * a.Kc;
+      if (!kv_less(bv[0], bi[0], lv[a.Kc - 1], li[a.Kc - 1])) continue; /* nothing in it can enter */
+      for (int t = lane; t < PL; t += kWarp)
+        lv[PL + t] = t < a.Kc ? bv[t] : INFINITY, li[PL + t] = t < a.Kc ? bi[t] : kNoIndex;
+      __syncwarp();
+      warp_merge_sorted(lv, li, P, lane);
+    }
+    double qn = 0.0; /* ‖q'‖² as k_finish computes it */
+    for (int j = lane; j < a.d; j += kWarp) {
+      double c = (double)(qrow[j] - a.mean[j]);
+      qn += c * c;
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
+    for (int t = lane; t < a.Ps; t += kWarp) {
+      int r = t < a.Kc ? li[t] : kNoIndex;
+      sd[t] = r == kNoIndex ? (double)INFINITY : ss_knn_exact_dist(qrow, a.ref + (int64_t)r * a.d, a.d);
+      si[t] = r;
+    }
+    __syncwarp();
+    bitonic_sort<double, true>(sd, si, a.Ps, lane, kWarp);
+    double approx_last = (double)lv[a.Kc - 1] + (a.add_qnorm ? qn : 0.0);
+    double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
+    scan = !((int64_t)a.Kc >= a.n || approx_last - bound > sd[a.k - 1]);
+    if (!scan) {
+      for (int t = lane; t < a.k; t += kWarp) {
+        a.out_i[qq * a.k + t] = si[t];
+        if (a.out_d) a.out_d[qq * a.k + t] = sd[t];
+      }
+      if (lane == 0) a.cert[qq] = 1;
+    }
+  }
+  if (lane == 0) need_scan[w] = scan;
+  __syncthreads();
+  double *bd = (double *)sm_fw; /* the warps' lists are dead now */
+  int *bi = (int *)(bd + a.P2);
+  for (int v = 0; v < kFinWarps; v++) {
+    if (!need_scan[v]) continue; /* uniform across the block */
+    int64_t q = (int64_t)blockIdx.x * kFinWarps + v;
+    finish_exact_scan(a, a.q + q * a.d, bd, bi, a.P2);
+    for (int t = threadIdx.x; t < a.k; t += blockDim.x) {
+      a.out_i[q * a.k + t] = bi[t];
+      if (a.out_d) a.out_d[q * a.k + t] = bd[t];
+    }
+    if (threadIdx.x == 0) a.cert[q] = 0;
+    __syncthreads(); /* the next scan reuses the buffer */
+  }
+}
+
 int next_pow2(int64_t x) {
   int p = 1;
   while (p < x) p <<= 1;
@@ -624,9 +764,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Chunks per reference tile: shared-memory strategies use fixed chunks; the warp queue splits a
  * row only as much as it takes to give the GPU enough warps. */
-void plan_chunks(int strategy, int64_t Qt, int64_t Rt, int *nch, int *chunk) {
+void plan_chunks(int strategy, int64_t Qt, int64_t Rt, int64_t wchunk, int *nch, int *chunk) {
   if (strategy == SS_KNN_WARP) {
-    int64_t want = ceil_div(kTargetWarps, Qt), most = Rt / kWarpMinChunk > 1 ? Rt / kWarpMinChunk : 1;
+    int64_t want = ceil_div(kTargetWarps, Qt), most = Rt / wchunk > 1 ? Rt / wchunk : 1;
     int64_t c = want < most ? want : most;
     *chunk = (int)ceil_div(Rt, c);
   } else {
@@ -635,12 +775,12 @@ void plan_chunks(int strategy, int64_t Qt, int64_t Rt, int *nch, int *chunk) {
   *nch = (int)ceil_div(Rt, *chunk);
 }
 
-int64_t max_chunks(int64_t Q, int64_t R) {
+int64_t max_chunks(int64_t Q, int64_t R, int64_t wchunk) {
   int nk, ck, nw, cw;
-  plan_chunks(SS_KNN_KMIN, Q, R, &nk, &ck);
-  plan_chunks(SS_KNN_WARP, Q, R, &nw, &cw);
+  plan_chunks(SS_KNN_KMIN, Q, R, wchunk, &nk, &ck);
+  plan_chunks(SS_KNN_WARP, Q, R, wchunk, &nw, &cw);
   /* a shorter last query tile can ask the warp queue for more chunks */
-  int64_t warp_most = R / kWarpMinChunk > 1 ? R / kWarpMinChunk : 1;
+  int64_t warp_most = R / wchunk > 1 ? R / wchunk : 1;
   return nk > warp_most ? nk : (warp_most > nw ? warp_most : nw);
 }
 
@@ -668,11 +808,12 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
   p->k = (int)o->k;
   p->Q = o->query_tile < m ? o->query_tile : m;
   p->R = o->ref_tile < n ? o->ref_tile : n;
+  p->wchunk = o->warp_chunk > 0 ? o->warp_chunk : kWarpMinChunk;
   size_t free_b = 0, total_b = 0;
   SS_CUDA_TRY(ctx, cudaMemGetInfo(&free_b, &total_b));
   size_t budget = (size_t)(kMemFraction * (double)(free_b + already_held));
   for (;;) {
-    p->part_chunks = max_chunks(p->Q, p->R);
+    p->part_chunks = max_chunks(p->Q, p->R, p->wchunk);
     if (plan_bytes(*p, m, d) <= budget) return SS_OK;
     if (p->R > kMinRefTile) p->R = p->R / 2 > kMinRefTile ? p->R / 2 : kMinRefTile;
     else if (p->Q > kMinQueryTile) p->Q = p->Q / 2 > kMinQueryTile ? p->Q / 2 : kMinQueryTile;
@@ -741,7 +882,7 @@ ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0
   a.r0 = (int)r0, a.Rt = (int)Rt, a.Kc = r.p.Kc;
   a.pv = (float *)r.dv->part_v.p;
   a.pi = (int *)r.dv->part_i.p;
-  plan_chunks(strategy, Qt, Rt, &a.nch, &a.chunk);
+  plan_chunks(strategy, Qt, Rt, r.p.wchunk, &a.nch, &a.chunk);
   int64_t items = Qt * a.nch;
   if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->gemm_done[b], 0));
   if (strategy == SS_KNN_KMIN) {
@@ -754,7 +895,7 @@ ss_status select_tile(ss_ctx *ctx, const search_run &r, int strategy, int64_t q0
     size_t smem = warp_smem(a.Kc, &wpb);
     unsigned *tau = share ? (unsigned *)r.dv->tau.p + q0 : nullptr;
     k_select_warp<<<(unsigned)ceil_div(items, wpb), wpb * kWarp, smem, r.s1>>>(
-        a, warp_queue_size(a.Kc), (int)items, direct ? nullptr : (const float *)r.dv->run_v.p, tau);
+        a, warp_queue_size(a.Kc), (int)items, direct ? nullptr : (const float *)r.dv->run_v.p, tau, (int)r.direct);
   }
   SS_CUDA_TRY_LAUNCH(ctx, "knn selection");
   if (direct) return SS_OK;
@@ -869,7 +1010,10 @@ ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, 
   a.P2 = a.Ps > finish_scan_size(k) ? a.Ps : finish_scan_size(k);
   a.add_qnorm = add_qnorm, a.ref_norm_max = ix->ref_norm_max;
   a.out_i = out.idx, a.out_d = out.dist, a.cert = out.cert;
-  k_finish<<<(unsigned)m, kThreads, finish_smem(a.P1 + 1, a.P2), s>>>(a);
+  if (Kc <= kFinList) /* every input list is sorted: a warp per query merges them */
+    k_finish_warp<<<(unsigned)ceil_div(m, kFinWarps), kFinWarps * kWarp, finish_warp_smem(a.P2), s>>>(a, m);
+  else
+    k_finish<<<(unsigned)m, kThreads, finish_smem(a.P1 + 1, a.P2), s>>>(a);
   SS_CUDA_TRY_LAUNCH(ctx, "knn finish (exact re-rank)");
   return SS_OK;
 }
@@ -890,7 +1034,7 @@ ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float 
     finish_out o = {out.idx + q0 * r.p.k, out.dist ? out.dist + q0 * r.p.k : nullptr, out.cert + q0};
     if (r.direct) { /* the chunks' lists of the single reference tile */
       int nch, chunk;
-      plan_chunks(strategy, Qt, n, &nch, &chunk);
+      plan_chunks(strategy, Qt, n, r.p.wchunk, &nch, &chunk);
       SS_TRY(launch_finish(ctx, r.ix, r.dv, d_query + q0 * d, Qt, (const float *)r.dv->part_v.p,
                            (const int *)r.dv->part_i.p, nch * r.p.Kc, r.p.Kc, r.p.k, 0, o, r.s1));
     } else {
@@ -950,7 +1094,7 @@ graph_key tiled_key(const search_run &r, const float *d_query, int64_t m, int st
                      dv->dist_tile[1].p, dv->part_v.p, dv->part_i.p, dv->tau.p, dv->run_v.p};
   static_assert(sizeof(p) / sizeof(p[0]) == sizeof(k.ptr) / sizeof(k.ptr[0]), "graph key pointers");
   memcpy(k.ptr, p, sizeof(p));
-  const int64_t v[] = {m, strategy, gemm_only, r.p.Q, r.p.R, (int64_t)r.p.Kc * 65536 + r.p.k};
+  const int64_t v[] = {m, strategy, gemm_only, r.p.Q, r.p.R, (int64_t)r.p.Kc * 65536 + r.p.k, r.p.wchunk};
   static_assert(sizeof(v) / sizeof(v[0]) == sizeof(k.val) / sizeof(k.val[0]), "graph key values");
   memcpy(k.val, v, sizeof(v));
   return k;
@@ -971,7 +1115,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   r.direct = false;
   SS_CUBLAS_TRY(ctx, cublasSetStream(r.blas, r.s0));
   /* the plan of the previous call when nothing changed: no cudaMemGetInfo on the repeated path */
-  plan_key key = {m, o->query_tile, o->ref_tile, o->k};
+  plan_key key = {m, o->query_tile, o->ref_tile, o->k, o->warp_chunk};
   if (r.dv->plan_valid && !memcmp(&key, &r.dv->plan_key_, sizeof(key))) {
     r.p = r.dv->plan;
   } else {
@@ -994,7 +1138,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   r.qn = (const float *)r.dv->qn.p;
   /* One reference tile: nothing to overlap, so one stream, and no running lists (fill, merge):
    * the finish kernel sorts the chunks' lists itself, up to its candidate limit. */
-  r.direct = ix->n <= r.p.R && max_chunks(r.p.Q, r.p.R) * Kc <= SS_KNN_GPU_MAX_CANDIDATES;
+  r.direct = ix->n <= r.p.R && max_chunks(r.p.Q, r.p.R, r.p.wchunk) * Kc <= SS_KNN_GPU_MAX_CANDIDATES;
   if (r.direct) r.s1 = r.s0;
   if (r.s1 != r.s0) {
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->start, r.s0));

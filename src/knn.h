@@ -91,6 +91,8 @@ typedef struct {
   int64_t ref_tile;   /* references per distance tile (GPU) */
   int gemm_only;      /* benchmark hook: run only the tiled distance GEMM; outputs untouched
                          (SS_KNN_GEMM_ONLY_GRAPH: the same SGEMM calls replayed as one CUDA graph) */
+  int64_t warp_chunk; /* benchmark hook (GPU warp queue): fewest references per chunk; 0 = the built-in
+                         4096 (cuda/knn.cu kWarpMinChunk). Not a parameter: it only moves the speed */
 } ss_knn_opts;
 #define SS_KNN_GEMM_ONLY_GRAPH 2
 

@@ -1,5 +1,6 @@
 /* gpu_test_knn.c — GPU group: the CUDA KNN gives the CPU's neighbours exactly (indices and
- * distances) for every strategy, tile shape, k > 64 and ties; incremental mode on the GPU; the CLI
+ * distances) for every strategy, tile shape, k > 64 and ties (the per-warp finish and the seeded warp
+ * queue where K' <= 64, the block finish beyond); incremental mode on the GPU; the CLI
  * gives identical files on both devices. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static ss_backend open_be(ss_device_kind kind) {
 typedef struct {
   int64_t n, m, d, k, query_tile, ref_tile;
   int grid;
+  int64_t warp_chunk; /* 0: the built-in chunk of the warp queue */
 } gpu_case;
 
 static void compare_case(const gpu_case *c, uint64_t stream) {
@@ -51,7 +53,7 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
   ss_knn_index *cx, *gx;
   assert_int_equal(ss_knn_index_create(&ctx, &cpu, ref, c->n, c->d, &cx), SS_OK);
   assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, c->n, c->d, &gx), SS_OK);
-  ss_knn_opts o = {.k = c->k, .query_tile = c->query_tile, .ref_tile = c->ref_tile};
+  ss_knn_opts o = {.k = c->k, .query_tile = c->query_tile, .ref_tile = c->ref_tile, .warp_chunk = c->warp_chunk};
   assert_int_equal(ss_knn_search(&ctx, cx, &o, q, c->m, ci, cd, NULL), SS_OK);
   for (int64_t i = 0; i < c->m; i++)
     for (int64_t r = 0; r + 1 < c->k; r++) ties += cd[i * c->k + r] == cd[i * c->k + r + 1];
@@ -83,20 +85,27 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
 static void cpu_gpu_identical(void **state) {
   (void)state;
   const gpu_case cases[] = {
-      {5000, 700, 3, 1, 4096, 65536, 0},
-      {10007, 300, 37, 25, 4096, 65536, 0},
-      {3001, 200, 128, 100, 4096, 65536, 0},   /* k > 64 */
-      {70001, 150, 16, 10, 4096, 65536, 0},    /* two reference tiles, the last one short */
-      {20011, 1001, 24, 70, 333, 4999, 0},     /* small odd tiles: many of both kinds */
-      {9000, 400, 3, 15, 4096, 65536, 1},      /* coordinates in {0,1,2}: exact ties everywhere */
-      {600, 50, 8, 600, 4096, 65536, 0},       /* k = n */
-      {1024, 1200, 32, 25, 4096, 65536, 0},    /* the published grid's smallest case */
-      {33000, 1300, 256, 25, 4096, 65536, 0},  /* fused: many splits, d a multiple of the dimension tile */
-      {4999, 130, 45, 49, 4096, 65536, 0},     /* fused: the largest K' (64), queries and d off the tiles */
-      {40, 70, 3, 40, 4096, 65536, 0},         /* fused: k = n smaller than one reference tile */
-      {5000, 20, 5, 1800, 4096, 65536, 0},     /* K' = 2033: the largest warp queue (P = 4096) */
-      {30011, 500, 7, 32, 4096, 65536, 2},     /* neighbours consecutive in index order, k = 32, d odd */
-      {100003, 64, 9, 20, 4096, 16384, 0},     /* seven reference tiles: shared thresholds across tiles */
+      {5000, 700, 3, 1, 4096, 65536, 0, 0},
+      {10007, 300, 37, 25, 4096, 65536, 0, 0},
+      {3001, 200, 128, 100, 4096, 65536, 0, 0},   /* k > 64 */
+      {70001, 150, 16, 10, 4096, 65536, 0, 0},    /* two reference tiles, the last one short */
+      {20011, 1001, 24, 70, 333, 4999, 0, 0},     /* small odd tiles: many of both kinds */
+      {9000, 400, 3, 15, 4096, 65536, 1, 0},      /* coordinates in {0,1,2}: exact ties everywhere */
+      {600, 50, 8, 600, 4096, 65536, 0, 0},       /* k = n */
+      {1024, 1200, 32, 25, 4096, 65536, 0, 0},    /* the published grid's smallest case */
+      {33000, 1300, 256, 25, 4096, 65536, 0, 0},  /* fused: many splits, d a multiple of the dimension tile */
+      {4999, 130, 45, 49, 4096, 65536, 0, 0},     /* fused: the largest K' (64), queries and d off the tiles */
+      {40, 70, 3, 40, 4096, 65536, 0, 0},         /* fused: k = n smaller than one reference tile */
+      {5000, 20, 5, 1800, 4096, 65536, 0, 0},     /* K' = 2033: the largest warp queue (P = 4096) */
+      {30011, 500, 7, 32, 4096, 65536, 2, 0},     /* neighbours consecutive in index order, k = 32, d odd */
+      {100003, 64, 9, 20, 4096, 16384, 0, 0},     /* seven reference tiles: shared thresholds across tiles */
+      /* the per-warp finish (K' <= 64) and the seeded warp queue (one reference tile, K' <= 64): */
+      {1025, 333, 33, 1, 4096, 65536, 0, 0},      /* k = 1, n and m off every tile, d odd */
+      {2500, 257, 19, 50, 4096, 65536, 0, 0},     /* K' = 64: the largest per-warp finish and seed */
+      {2500, 257, 19, 51, 4096, 65536, 0, 0},     /* K' = 65: the block finish, no seed */
+      {20000, 301, 40, 25, 4096, 65536, 0, 0},    /* four chunks per query: the finish merges four lists */
+      {6000, 203, 4, 32, 4096, 65536, 1, 0},      /* {0,1,2}: seed ties, every query scanned by its block */
+      {9999, 1200, 32, 25, 4096, 65536, 0, 1024}, /* 1024-reference chunks: 9 lists per query, seeded */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
