@@ -111,6 +111,19 @@ const ss_param_spec ss_param_table[] = {
     NUM("merge.refractory_ms", merge.refractory_ms, 1.5, 0, 1000, 0, 0, "Refractory period for violation counts."),
     NUM("merge.max_violation_increase", merge.max_violation_increase, 0.005, 0, 1, 0, 0,
         "Largest allowed rise of the refractory-violation fraction caused by a merge."),
+    NUM("merge.outlier_z2", merge.outlier_z2, 4.0, 0, INF, 0, 1,
+        "After the merge, a spike leaves its cluster when its squared robust z-distance to the cluster's median, "
+        "summed over the features, exceeds this many times the feature count; it joins the cluster that fits it "
+        "within that bound, else noise (0: keep every spike; see docs/accuracy.md)."),
+    NUM("merge.split_valley", merge.split_valley, 0.5, 0, 1, 0, 0,
+        "After the merge, a cluster splits where the density of its first principal component dips below this "
+        "fraction of the lower of two peaks (0: never split; see docs/accuracy.md)."),
+    INT("merge.split_min_spikes", merge.split_min_spikes, 30, 1, I64_MAX,
+        "Smallest part a cluster may split into (spikes of the cluster's robust core)."),
+    INT("merge.split_max_channels", merge.split_max_channels, 32, 1, I64_MAX,
+        "The split test's principal component uses the features of at most this many channels of the cluster: those "
+        "of highest mean mask (ties: lower channel). Bounds its cost on wide probes (the test's covariance grows "
+        "with the square of the features) to that of a 32-channel probe, where it looks at every channel."),
 
     NUM("sort.penalty_k_log_n", sort.penalty_k_log_n, 0.2, 0, INF, 0, 0,
         "BIC-style penalty weight of masked EM in `sort` (replaces mask_em.penalty_k_log_n, which `cluster` "
@@ -118,6 +131,24 @@ const ss_param_spec ss_param_table[] = {
         "channel adds covariance terms to a cluster's penalty (see docs/architecture.md)."),
     BOOL("sort.live_model", sort.live_model, 1,
          "Also fit the causal twin of the model for live mode (a second front-end pass)."),
+    INT("sort.live_filter_order", sort.live_filter_order, 1, 1, 8,
+        "Butterworth order of each band edge of the live twin's causal filter: a low order keeps the spike trough "
+        "(order 3 at 300 Hz, run causally, keeps 72 % of the zero-phase peak SNR and rings; see docs/live.md)."),
+    NUM("sort.live_low_hz", sort.live_low_hz, 150.0, 0, INF, 1, 0,
+        "Low corner in Hz of the live twin's causal filter (its high corner is the offline filter's)."),
+    NUM("sort.live_recall", sort.live_recall, 0.99, 0, 1, 1, 0,
+        "Fraction of the offline spikes that must get a causal partner: the live twin's strong threshold is "
+        "lowered (not below sort.live_min_factor times the offline factor) until they do."),
+    NUM("sort.live_min_factor", sort.live_min_factor, 0.8, 0, 1, 1, 0,
+        "Lowest factor on the causal strong threshold (detect.strong_std) the live twin's calibration may use; "
+        "it must keep the strong threshold above detect.weak_std."),
+    NUM("sort.live_twin_seconds", sort.live_twin_seconds, 300.0, 0, INF, 1, 0,
+        "The live twin (its two causal front-end passes, calibration, centroids and reference spikes) is fitted on "
+        "the recording's first this many seconds (0: all of it), so that its cost does not grow with the recording."),
+    INT("sort.live_prototypes", sort.live_prototypes, 16, 1, 1000,
+        "Centroids per unit in the live twin: k-means of the unit's matched causal spikes, one per 20 of them, at "
+        "most this many (1: the unit's mean), so that nearest-centroid assignment follows a unit that is not one "
+        "compact cloud (docs/live.md)."),
     INT("sort.em_max_spikes", sort.em_max_spikes, 100000, 0, I64_MAX,
         "Masked EM runs on at most this many spikes, evenly spaced in time (KlustaKwik's Subset); the others take "
         "the majority label of their sort.assign_k nearest neighbours among them. 0: all spikes."),

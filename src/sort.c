@@ -221,36 +221,61 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
   return st;
 }
 
-static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
-  const int64_t n = s->spikes.n;
-  SS_TRY(SS_ALLOC(ctx, s->labels, (size_t)n, "final labels"));
-  if (!s->o->merge) {
-    memcpy(s->labels, s->labels_raw, (size_t)n * sizeof(int32_t));
-    s->k = s->k_raw;
-    ss_log_info(ctx, "sort: merge off (--no-merge or merge.enabled = false): %" PRId64 " raw clusters kept", s->k_raw);
-    return SS_OK;
-  }
-  ss_cluster_stats raw;
-  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels_raw, s->k_raw, s->o->params.merge.refractory_ms,
-                                  &raw));
-  ss_merge_input in = {.n = n,
+/* One merge pass over labels (k clusters, mapped in place): the clusters' mean waveforms, then the
+ * merge (merge.h). */
+static ss_status merge_pass(ss_ctx *ctx, ss_sort_state *s, int64_t *k, const int32_t *origin, ss_merge_result *r) {
+  ss_cluster_stats st_k;
+  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, *k, s->o->params.merge.refractory_ms, &st_k));
+  ss_merge_input in = {.n = s->spikes.n,
                        .times = s->spikes.time_samples,
-                       .labels = s->labels_raw,
-                       .k = s->k_raw,
-                       .n_channels = raw.C,
-                       .n_wave = raw.W,
-                       .mean_waveform = raw.wave,
-                       .mean_mask = raw.mean_mask,
-                       .rate_hz = s->spikes.rate_hz};
-  ss_status st = ss_merge_run(ctx, &s->o->params, &in, &s->merge);
-  ss_cluster_stats_free(&raw);
+                       .labels = s->labels,
+                       .k = *k,
+                       .n_channels = st_k.C,
+                       .n_wave = st_k.W,
+                       .mean_waveform = st_k.wave,
+                       .mean_mask = st_k.mean_mask,
+                       .rate_hz = s->spikes.rate_hz,
+                       .origin = origin};
+  ss_status st = ss_merge_run(ctx, &s->o->params, &in, r);
+  ss_cluster_stats_free(&st_k);
   SS_TRY(st);
-  s->merged = 1;
-  s->k = s->merge.k_out;
-  for (int64_t i = 0; i < n; i++) s->labels[i] = s->merge.map[s->labels_raw[i]];
+  for (int64_t i = 0; i < s->spikes.n; i++) s->labels[i] = r->map[s->labels[i]];
+  *k = r->k_out;
   return SS_OK;
 }
 
+/* Merge, clean up (merge.h: the merge only joins; the cleanup removes what masked EM put in the wrong
+ * cluster), and merge again: cleaned clusters have truer mean waveforms, and pieces the cleanup split
+ * apart (same origin) are never joined back. results.h5's merge log holds the first pass. */
+static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
+  const int64_t n = s->spikes.n;
+  SS_TRY(SS_ALLOC(ctx, s->labels, (size_t)n, "final labels"));
+  memcpy(s->labels, s->labels_raw, (size_t)n * sizeof(int32_t));
+  s->k = s->k_raw;
+  if (!s->o->merge) {
+    ss_log_info(ctx, "sort: merge off (--no-merge or merge.enabled = false): %" PRId64 " raw clusters kept", s->k_raw);
+    return SS_OK;
+  }
+  SS_TRY(merge_pass(ctx, s, &s->k, NULL, &s->merge));
+  s->merged = 1;
+  ss_cleanup_input ci = {.n = n,
+                         .n_channels = s->spikes.n_channels,
+                         .n_pcs = s->spikes.n_pcs,
+                         .features = s->spikes.features,
+                         .masks = s->spikes.masks,
+                         .k = s->k,
+                         .n_threads = s->sum->n_threads};
+  ss_cleanup_result cr;
+  SS_TRY(ss_merge_cleanup(ctx, &s->o->params, &ci, s->labels, &cr));
+  s->k = cr.k_out;
+  ss_merge_result again;
+  ss_status st = merge_pass(ctx, s, &s->k, cr.origin, &again);
+  ss_cleanup_result_free(&cr);
+  SS_TRY(st);
+  s->n_merges_after_cleanup = again.n_merges;
+  ss_merge_result_free(&again);
+  return SS_OK;
+}
 
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
@@ -281,7 +306,7 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   }
   sum->n_clusters_raw = s->k_raw;
   sum->n_clusters = s->k;
-  sum->n_merges = s->merged ? s->merge.n_merges : 0;
+  sum->n_merges = s->merged ? s->merge.n_merges + s->n_merges_after_cleanup : 0;
   return SS_OK;
 }
 

@@ -40,7 +40,8 @@ typedef struct {
   int32_t *labels;
   int64_t k;
   int merged;             /* the merge ran */
-  ss_merge_result merge;
+  ss_merge_result merge;  /* the first merge pass (results.h5 /merges) */
+  int64_t n_merges_after_cleanup; /* merges of the pass after the cleanup */
   ss_cluster_stats stats; /* of the final labels */
   uint32_t crc;
   const char *device;     /* where masked EM ran, in words */
