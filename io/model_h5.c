@@ -106,6 +106,21 @@ static ss_status write_scale(ss_ctx *ctx, hid_t f, const ss_model_file *m, const
   return ss_h5_attr_f64(ctx, f, "offset_uv", m->offset_uv, path);
 }
 
+/* /live/filter: the sections live mode runs causally (the twin's own design, docs/live.md). */
+static ss_status write_live_filter(ss_ctx *ctx, hid_t live, const ss_model_file *m, const char *path) {
+  const ss_model_live *l = m->live;
+  hid_t g;
+  SS_TRY(ss_results_group(ctx, live, "filter", path, &g));
+  ss_status st = nd(ctx, g, "sos", H5T_NATIVE_DOUBLE, 2, l->filter_sections, 6, 0, l->filter_sos, path);
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "order", l->filter_order, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "low_hz", l->filter_low_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "high_hz", l->filter_high_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "rate_hz", m->sample_rate, path);
+  if (st == SS_OK) st = ss_h5_attr_str(ctx, g, "mode", "causal", path);
+  H5Gclose(g);
+  return st;
+}
+
 static ss_status write_live(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
   const ss_model_live *l = m->live;
   const int64_t C = m->n_channels, P = m->n_pcs, D = C * P, K = l->k, M = l->n_ref;
@@ -127,6 +142,10 @@ static ss_status write_live(ss_ctx *ctx, hid_t f, const ss_model_file *m, const 
   if (st == SS_OK) st = attr_i64(ctx, g, "n_matched", l->n_matched, path);
   if (st == SS_OK) st = attr_i64(ctx, g, "n_causal", l->n_causal, path);
   if (st == SS_OK) st = attr_i64(ctx, g, "stride", l->ref_stride, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "threshold_factor", l->threshold_factor, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "partner_fraction", l->partner_fraction, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "partner_fraction_at_one", l->partner_fraction_at_one, path);
+  if (st == SS_OK) st = write_live_filter(ctx, g, m, path);
   H5Gclose(g);
   return st;
 }

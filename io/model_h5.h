@@ -3,7 +3,7 @@
  *   attributes  software, version, commit, sample_rate, n_channels, n_pcs, n_wave, n_before, n_after,
  *               polarity, join_size, input_path, input_crc32
  *   /filter     sos [S × 6] float64 (b0 b1 b2 1 a1 a2 per section); attributes order, low_hz,
- *               high_hz, rate_hz, mode ("zero_phase" offline; live mode runs the same sections causally)
+ *               high_hz, rate_hz, mode ("zero_phase": offline; live mode runs /live/filter)
  *   /threshold  sigma, weak, strong [C] float32 (µV; weak = +inf on excluded channels)
  *   /probe      x_um, y_um [C] float64, adjacency [E × 2] int32 (recording channels, a < b)
  *   /pca        basis [C × P × W] float32, eigenvalues [C × P] float64
@@ -19,10 +19,13 @@
  *   /probe/connected [C] int32 (1 = used by detection)
  *   /live       the causal twin for live mode (absent when sort.live_model = false or it failed):
  *               sigma, weak, strong [C] float32; pca_basis [C × P × W] float32, pca_eigenvalues
- *               [C × P] float64; unit_id [K] int32 (the offline ids); centroid [K × D] float32;
- *               mean_mask [K × C] float32; ref_features [M × D], ref_masks [M × C] float32,
- *               ref_labels [M] int32, ref_times [M] int64; attributes time_offset_samples (float64: median
- *               causal − offline), n_matched, n_causal, stride (int64) */
+ *               [C × P] float64; unit_id [K] int32 (the offline ids, non-decreasing: a unit's
+ *               prototypes are consecutive rows); centroid [K × D] float32; mean_mask [K × C] float32;
+ *               ref_features [M × D], ref_masks [M × C] float32, ref_labels [M] int32, ref_times [M]
+ *               int64; attributes time_offset_samples (float64: median causal − offline), n_matched,
+ *               n_causal, stride (int64), threshold_factor, partner_fraction, partner_fraction_at_one
+ *               (float64: the threshold calibration); /live/filter: sos [S × 6] float64 and attributes
+ *               order, low_hz, high_hz, rate_hz, mode = "causal": the filter live mode runs */
 #ifndef SS_MODEL_H5_H
 #define SS_MODEL_H5_H
 
@@ -48,6 +51,13 @@ typedef struct {
   const int64_t *ref_times;
   double time_offset_samples;
   int64_t n_matched, n_causal;
+  /* the causal filter live mode runs (/live/filter; models without it: the root's sections) */
+  int filter_sections, filter_order;
+  const double *filter_sos; /* [filter_sections × 6] b0 b1 b2 1 a1 a2 */
+  double filter_low_hz, filter_high_hz;
+  /* threshold calibration: factor on the strong threshold; offline spikes with a causal partner at
+   * that factor and at factor 1 */
+  double threshold_factor, partner_fraction, partner_fraction_at_one;
 } ss_model_live;
 
 typedef struct {

@@ -16,6 +16,7 @@
 
 struct ss_source {
   ss_source_info info;
+  int64_t full_samples; /* the recording's length; info.n_samples may be limited (ss_source_limit) */
   ss_store store;
   /* chunking */
   int64_t chunk, n_chunks;
@@ -138,6 +139,7 @@ ss_status ss_source_open(ss_ctx *ctx, const ss_source_spec *spec, ss_source **ou
     ss_source_close(s);
     return st;
   }
+  s->full_samples = s->info.n_samples;
   s->info.duration_s = (double)s->info.n_samples / s->info.rate_hz;
   hbool_t ts = 0;
   H5is_library_threadsafe(&ts);
@@ -248,6 +250,16 @@ static ss_status fetch_threaded(ss_ctx *ctx, ss_source *s, int64_t i) {
   }
   pthread_mutex_unlock(&s->mu);
   return st;
+}
+
+ss_status ss_source_limit(ss_ctx *ctx, ss_source *s, int64_t n_samples) {
+  if (n_samples < 0)
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: limit %lld samples: expected >= 0", s->info.path, (long long)n_samples);
+  stop_thread(s);
+  s->chunk = s->n_chunks = 0; /* configure again */
+  s->info.n_samples = n_samples > 0 && n_samples < s->full_samples ? n_samples : s->full_samples;
+  s->info.duration_s = (double)s->info.n_samples / s->info.rate_hz;
+  return SS_OK;
 }
 
 ss_status ss_source_chunk(ss_ctx *ctx, ss_source *s, int64_t i, ss_chunk *out) {

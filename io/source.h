@@ -106,6 +106,9 @@ ss_status ss_source_configure(ss_ctx *ctx, ss_source *src, int64_t chunk_samples
 int64_t ss_source_n_chunks(const ss_source *src);
 /* Chunk i (0 <= i < n_chunks), with margins. */
 ss_status ss_source_chunk(ss_ctx *ctx, ss_source *src, int64_t i, ss_chunk *out);
+/* Show only the first n_samples of the recording (0: all of it again), as if it ended there (margins
+ * past the end read as zeros); info.n_samples and duration_s follow. ss_source_configure must follow. */
+ss_status ss_source_limit(ss_ctx *ctx, ss_source *src, int64_t n_samples);
 void ss_source_close(ss_source *src);
 
 const char *ss_source_format_name(ss_source_format f);

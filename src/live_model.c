@@ -6,10 +6,12 @@
 #include <hdf5.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/h5_util.h"
+#include "src/kmeans.h"
 
 /* --- matching ---------------------------------------------------------------------------------- */
 
@@ -85,6 +87,56 @@ ss_status ss_live_match(ss_ctx *ctx, const ss_live_spike_times *causal, const ss
   return SS_OK;
 }
 
+/* --- threshold calibration ---------------------------------------------------------------------- */
+
+static int cmp_float_desc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x < y) - (x > y);
+}
+
+/* The strongest candidate near offline time t (within ±window, channel near ch); 0 when none.
+ * *lo: first candidate that may still be in a window (queries ascend in time). */
+static float strongest_near(const ss_live_spike_times *c, const float *strength, const ss_detect_graph *g, double t,
+                            int ch, double window, int64_t *lo) {
+  while (*lo < c->n && spike_time(c, *lo) < t - window) (*lo)++;
+  float best = 0;
+  for (int64_t j = *lo; j < c->n && spike_time(c, j) <= t + window; j++)
+    if (strength[j] > best && ss_live_channels_near(g, ch, c->peak_channel[j])) best = strength[j];
+  return best;
+}
+
+ss_status ss_live_calibrate(ss_ctx *ctx, const ss_live_spike_times *candidates, const float *strength,
+                            const ss_live_spike_times *offline, const ss_detect_graph *g, double offset,
+                            double tolerance, double recall, double min_factor, ss_live_calibration *out) {
+  if (!(recall > 0 && recall <= 1) || !(min_factor > 0 && min_factor <= 1))
+    return ss_fail(ctx, SS_ERR_INTERNAL, "live calibration: recall %g, min_factor %g: expected both in (0, 1]",
+                   recall, min_factor);
+  out->factor = 1;
+  out->achieved = out->at_one = 0;
+  const int64_t n = offline->n;
+  if (n == 0) return SS_OK;
+  float *best = NULL;
+  SS_TRY(SS_ALLOC(ctx, best, (size_t)n, "live calibration"));
+  int64_t lo = 0, at_one = 0;
+  for (int64_t i = 0; i < n; i++) {
+    best[i] = strongest_near(candidates, strength, g, spike_time(offline, i) + offset, offline->peak_channel[i],
+                             tolerance, &lo);
+    at_one += best[i] >= 1.0f;
+  }
+  qsort(best, (size_t)n, sizeof(float), cmp_float_desc);
+  /* the need-th strongest partner decides: at that factor `need` offline spikes have one */
+  int64_t need = (int64_t)ceil(recall * (double)n);
+  if (need < 1) need = 1;
+  double f = best[need - 1];
+  out->factor = f > 1 ? 1 : (f < min_factor ? min_factor : f);
+  int64_t got = 0;
+  while (got < n && best[got] >= out->factor) got++;
+  out->achieved = (double)got / (double)n;
+  out->at_one = (double)at_one / (double)n;
+  free(best);
+  return SS_OK;
+}
+
 /* --- the twin ---------------------------------------------------------------------------------- */
 
 void ss_live_twin_free(ss_live_twin *t) {
@@ -141,6 +193,111 @@ static ss_status twin_means(ss_ctx *ctx, const ss_live_twin_input *in, const int
   return st;
 }
 
+/* k-means of one unit's matched causal spikes (rows `members`; at most SS_LIVE_PROTOTYPE_MAX_SPIKES per
+ * prototype of them, evenly spaced in time, so that the cost does not grow with the recording) into P
+ * prototypes: centroids and the mean mask of each one's members (the unit's mean mask for a prototype
+ * left empty). */
+static ss_status unit_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, const int64_t *all, int64_t n_all,
+                                 int64_t P, const float *unit_mask, float *centroid, float *mean_mask) {
+  const int64_t C = in->n_channels, D = C * in->n_pcs, cap = P * SS_LIVE_PROTOTYPE_MAX_SPIKES;
+  const int64_t n = n_all < cap ? n_all : cap;
+  int64_t *members = NULL;
+  SS_TRY(SS_ALLOC(ctx, members, (size_t)n, "live prototypes"));
+  for (int64_t i = 0; i < n; i++) members[i] = all[(int64_t)((__int128)i * n_all / n)];
+  float *x = NULL;
+  double *ms = NULL;
+  int64_t *cnt = NULL;
+  ss_status st = SS_OK;
+  if (SS_ALLOC(ctx, x, (size_t)(n * D), "live prototypes") || SS_CALLOC(ctx, ms, (size_t)(P * C), "live prototypes") ||
+      SS_CALLOC(ctx, cnt, (size_t)P, "live prototypes"))
+    st = SS_ERR_NOMEM;
+  for (int64_t i = 0; st == SS_OK && i < n; i++)
+    memcpy(x + i * D, in->causal_features + members[i] * D, (size_t)D * sizeof(float));
+  ss_kmeans_opts ko = {.k = P, .init = SS_KMEANS_INIT_PP, .max_iterations = SS_LIVE_PROTOTYPE_ITERATIONS,
+                       .tol_change_fraction = 0, .seed = in->seed};
+  ss_kmeans_result kr;
+  memset(&kr, 0, sizeof(kr));
+  if (st == SS_OK) st = ss_kmeans_fit(ctx, in->be, x, n, D, &ko, &kr);
+  for (int64_t i = 0; st == SS_OK && i < n; i++) {
+    cnt[kr.labels[i]]++;
+    for (int64_t c = 0; c < C; c++) ms[kr.labels[i] * C + c] += in->causal_masks[members[i] * C + c];
+  }
+  for (int64_t p = 0; st == SS_OK && p < P; p++) {
+    memcpy(centroid + p * D, kr.centroids + p * D, (size_t)D * sizeof(float));
+    for (int64_t c = 0; c < C; c++)
+      mean_mask[p * C + c] = cnt[p] > 0 ? (float)(ms[p * C + c] / (double)cnt[p]) : unit_mask[c];
+  }
+  ss_kmeans_result_free(&kr);
+  free(x);
+  free(ms);
+  free(cnt);
+  free(members);
+  return st;
+}
+
+/* A unit whose causal spikes spread (a catch-all of collisions, two shapes in one unit) is badly
+ * represented by its mean: each unit gets up to max_prototypes centroids, one per
+ * SS_LIVE_SPIKES_PER_PROTOTYPE matched spikes, so that nearest-centroid assignment follows its shape.
+ * The rows out->k (one mean per unit, from twin_means) become the prototypes, in unit order. */
+static ss_status twin_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, const int64_t *match, const int64_t *slot,
+                                 ss_live_twin *out) {
+  const int64_t C = in->n_channels, D = C * in->n_pcs, K = out->k;
+  out->n_units = K;
+  if (in->max_prototypes <= 1 || !in->be) return SS_OK;
+  int64_t *start = NULL, *members = NULL, *fill = NULL, R = 0;
+  int32_t *ids = NULL;
+  float *cen = NULL, *msk = NULL;
+  ss_status st = SS_OK;
+  if (SS_CALLOC(ctx, start, (size_t)K + 1, "live prototypes") || SS_ALLOC(ctx, fill, (size_t)K, "live prototypes") ||
+      SS_ALLOC(ctx, members, (size_t)(out->n_matched > 0 ? out->n_matched : 1), "live prototypes"))
+    st = SS_ERR_NOMEM;
+  /* the matched spikes grouped by unit row, in time order within each */
+  for (int64_t i = 0; st == SS_OK && i < in->causal.n; i++)
+    if (match[i] >= 0) start[slot[in->offline_labels[match[i]]] + 1]++;
+  for (int64_t u = 0; st == SS_OK && u < K; u++) {
+    start[u + 1] += start[u];
+    fill[u] = start[u];
+  }
+  for (int64_t i = 0; st == SS_OK && i < in->causal.n; i++)
+    if (match[i] >= 0) members[fill[slot[in->offline_labels[match[i]]]]++] = i;
+  for (int64_t u = 0; st == SS_OK && u < K; u++) {
+    int64_t p = (start[u + 1] - start[u]) / SS_LIVE_SPIKES_PER_PROTOTYPE;
+    fill[u] = p < 1 ? 1 : (p > in->max_prototypes ? in->max_prototypes : p);
+    R += fill[u];
+  }
+  if (st == SS_OK && (SS_ALLOC(ctx, ids, (size_t)R, "live prototypes") || SS_ALLOC(ctx, cen, (size_t)(R * D), "live prototypes") ||
+                      SS_ALLOC(ctx, msk, (size_t)(R * C), "live prototypes")))
+    st = SS_ERR_NOMEM;
+  for (int64_t u = 0, r = 0; st == SS_OK && u < K; r += fill[u], u++) {
+    for (int64_t p = 0; p < fill[u]; p++) ids[r + p] = out->unit_id[u];
+    if (fill[u] == 1) {
+      memcpy(cen + r * D, out->centroid + u * D, (size_t)D * sizeof(float));
+      memcpy(msk + r * C, out->mean_mask + u * C, (size_t)C * sizeof(float));
+    } else {
+      st = unit_prototypes(ctx, in, members + start[u], start[u + 1] - start[u], fill[u], out->mean_mask + u * C,
+                           cen + r * D, msk + r * C);
+    }
+  }
+  if (st == SS_OK) {
+    free(out->unit_id);
+    free(out->centroid);
+    free(out->mean_mask);
+    out->unit_id = ids;
+    out->centroid = cen;
+    out->mean_mask = msk;
+    out->k = R;
+    ids = NULL;
+    cen = msk = NULL;
+  }
+  free(start);
+  free(fill);
+  free(members);
+  free(ids);
+  free(cen);
+  free(msk);
+  return st;
+}
+
 /* Every matched spike, or every stride-th of them beyond ref_cap (as the offline /knn set). */
 static ss_status twin_reference(ss_ctx *ctx, const ss_live_twin_input *in, const int64_t *match, ss_live_twin *out) {
   const int64_t C = in->n_channels, D = C * in->n_pcs, cap = in->ref_cap > 0 ? in->ref_cap : 1;
@@ -194,6 +351,7 @@ ss_status ss_live_twin_build(ss_ctx *ctx, const ss_live_twin_input *in, ss_live_
                  " offline spikes", in->causal.n, in->offline.n);
   if (st == SS_OK) st = twin_units(ctx, in, match, max_id, slot, out);
   if (st == SS_OK) st = twin_means(ctx, in, match, slot, out);
+  if (st == SS_OK) st = twin_prototypes(ctx, in, match, slot, out);
   if (st == SS_OK) st = twin_reference(ctx, in, match, out);
   free(match);
   free(slot);
@@ -377,30 +535,36 @@ static ss_status load_root(reader *r, ss_live_model *m) {
   return read_attr(r, "/", "offset_uv", -INFINITY, INFINITY, 0, &m->offset_uv);
 }
 
+/* The causal filter: /live/filter (the twin's own design), or the root's /filter in models written
+ * before the twin had one. */
 static ss_status load_filter(reader *r, ss_live_model *m) {
+  const char *grp = ss_h5_is_group(r->f, "/live/filter") ? "/live/filter" : "/filter";
+  char sos_path[32];
+  snprintf(sos_path, sizeof(sos_path), "%s/sos", grp);
   int64_t dims[2] = {SS_LIVE_FREE_DIM, SS_LIVE_SOS_COLS};
   double *sos = NULL, v;
-  SS_TRY(read_f64(r, "/filter/sos", 2, dims, -INFINITY, INFINITY, "finite values", &sos));
+  SS_TRY(read_f64(r, sos_path, 2, dims, -INFINITY, INFINITY, "finite values", &sos));
   ss_filter *f = &m->filter;
   memset(f, 0, sizeof(*f));
   ss_status st = SS_OK;
   if (dims[0] < 1 || dims[0] > SS_FILTER_MAX_ORDER)
-    st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: /filter/sos: expected 1 to %d sections, got %" PRId64, r->file,
+    st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: expected 1 to %d sections, got %" PRId64, r->file, sos_path,
                  SS_FILTER_MAX_ORDER, dims[0]);
   for (int64_t q = 0; st == SS_OK && q < dims[0]; q++) {
     const double *row = sos + q * SS_LIVE_SOS_COLS;
     if (row[3] != 1.0)
-      st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: /filter/sos: expected a0 = 1, got %g at [%" PRId64 ", 3]", r->file, row[3], q);
+      st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: expected a0 = 1, got %g at [%" PRId64 ", 3]", r->file, sos_path,
+                   row[3], q);
     f->sos[q] = (ss_biquad){row[0], row[1], row[2], row[4], row[5]};
   }
   free(sos);
   SS_TRY(st);
   f->n_sections = (int)dims[0];
   f->rate_hz = m->rate_hz;
-  SS_TRY(read_attr(r, "/filter", "order", 1, SS_FILTER_MAX_ORDER, 1, &v));
+  SS_TRY(read_attr(r, grp, "order", 1, SS_FILTER_MAX_ORDER, 1, &v));
   f->order = (int)v;
-  SS_TRY(read_attr(r, "/filter", "low_hz", 0, m->rate_hz / 2, 0, &f->low_hz));
-  return read_attr(r, "/filter", "high_hz", 0, m->rate_hz / 2, 0, &f->high_hz);
+  SS_TRY(read_attr(r, grp, "low_hz", 0, m->rate_hz / 2, 0, &f->low_hz));
+  return read_attr(r, grp, "high_hz", 0, m->rate_hz / 2, 0, &f->high_hz);
 }
 
 static int cmp_int(const void *a, const void *b) {
@@ -487,8 +651,8 @@ static ss_status load_units(reader *r, ss_live_model *m) {
   m->k = ud[0];
   if (m->k < 1) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected at least one unit, got 0", r->file);
   for (int64_t u = 0; u < m->k; u++)
-    if (m->unit_id[u] < 0 || (u > 0 && m->unit_id[u] <= m->unit_id[u - 1]))
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected ascending ids >= 0, got %d at [%" PRId64 "]",
+    if (m->unit_id[u] < 0 || (u > 0 && m->unit_id[u] < m->unit_id[u - 1]))
+      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected non-decreasing ids >= 0, got %d at [%" PRId64 "]",
                      r->file, (int)m->unit_id[u], u);
   int64_t cd[2] = {m->k, D}, md[2] = {m->k, C};
   SS_TRY(read_f32(r, "/live/centroid", 2, cd, "K", -INFINITY, INFINITY, 0, "finite values", &m->centroid));

@@ -1,17 +1,21 @@
 /* live_model.h — the causal twin of a sorted model (issue #10): what live mode needs to label spikes
- * as they arrive, read from model.h5's /live group plus the root's filter, probe and scale.
+ * as they arrive, read from model.h5's /live group (its own causal filter, /live/filter) plus the
+ * root's probe and scale.
  *
  * Offline sorting filters zero-phase; live mode can only filter causally, so its waveforms and
- * features differ from the offline ones. `sort` therefore runs the front end a second time with
- * filter.causal = true and labels each causal spike with the offline spike it matches (same time
- * after removing the median causal−offline offset, within join_size samples; peak channels equal or
- * adjacent). The matched causal spikes give per-unit causal centroids and a causal KNN reference set.
+ * features differ from the offline ones. `sort` therefore runs the front end again with a causal
+ * filter of low order (it keeps the spike trough) and a strong threshold calibrated so that most
+ * offline spikes have a causal partner (ss_live_calibrate), and labels each causal spike with the
+ * offline spike it matches (same time after removing the median causal−offline offset, within
+ * join_size + 1 samples; peak channels equal or adjacent). The matched causal spikes give per-unit
+ * causal centroids (several prototypes per unit) and a causal KNN reference set (docs/live.md).
  * This file owns the loader (validating every field) and the builder used by `sort`. */
 #ifndef SS_LIVE_MODEL_H
 #define SS_LIVE_MODEL_H
 
 #include <stdint.h>
 
+#include "src/backend.h"
 #include "src/detect.h"
 #include "src/features_pca.h"
 #include "src/filter.h"
@@ -26,12 +30,12 @@ typedef struct {
   double rate_hz;
   int n_channels, n_pcs, n_wave, n_before, n_after, polarity, join_size;
   double *uv_per_step; double offset_uv;   /* int16 → µV */
-  ss_filter filter;                        /* same sections as offline; live runs them causally */
+  ss_filter filter;                        /* /live/filter (older models: /filter), run causally */
   ss_thresholds thresholds;                /* causal σ / weak / strong */
   ss_detect_graph graph;                   /* from /probe (use = connected) */
   ss_pca pca;                              /* causal basis */
-  int64_t k;                               /* units */
-  int32_t *unit_id;                        /* [k] the offline sort's cluster ids */
+  int64_t k;                               /* centroid rows (a unit may have several: prototypes) */
+  int32_t *unit_id;                        /* [k] the offline sort's cluster ids, non-decreasing */
   float *centroid;                         /* [k × C·P] mean causal feature vector */
   float *mean_mask;                        /* [k × C] */
   int64_t n_ref;                           /* causal KNN reference set */
@@ -67,12 +71,32 @@ ss_status ss_live_match(ss_ctx *ctx, const ss_live_spike_times *causal, const ss
                         const ss_detect_graph *g, double offset, double tolerance, int64_t *match,
                         int64_t *n_matched);
 
+/* Threshold calibration. `candidates` come from a causal detection at a lowered strong threshold
+ * (weak unchanged, so the components are those of any higher strong threshold); strength[i] is the
+ * largest factor on the strong threshold at which candidate i is still a spike: its peak value over
+ * the unscaled strong threshold of its peak channel (the peak node has the largest value/σ). For each
+ * offline spike, the strongest candidate within tolerance of (offline time + offset) on an equal or
+ * adjacent channel is its partner at every factor up to that strength. *factor = the largest factor
+ * in [min_factor, 1] at which at least `recall` of the offline spikes have a partner (min_factor
+ * when none reaches it); *achieved = the fraction that has one at *factor. */
+typedef struct {
+  double factor;   /* on the strong threshold (1: the offline detect.strong_std) */
+  double achieved; /* offline spikes with a partner at that factor */
+  double at_one;   /* ... and at factor 1 */
+} ss_live_calibration;
+
+ss_status ss_live_calibrate(ss_ctx *ctx, const ss_live_spike_times *candidates, const float *strength,
+                            const ss_live_spike_times *offline, const ss_detect_graph *g, double offset,
+                            double tolerance, double recall, double min_factor, ss_live_calibration *out);
+
 /* The twin, as `sort` writes it. */
 typedef struct {
   double offset;      /* time_offset_samples: median causal − offline (samples) */
+  ss_live_calibration calibration; /* set by the caller (sort), written to /live */
   int64_t n_causal, n_matched;
-  int64_t k;          /* units with at least one matched causal spike (the noise cluster 0 included) */
-  int32_t *unit_id;   /* [k] ascending */
+  int64_t k;          /* centroid rows: prototypes of the units with matched causal spikes (noise 0 included) */
+  int64_t n_units;    /* those units */
+  int32_t *unit_id;   /* [k] non-decreasing: a unit's prototypes are consecutive rows */
   float *centroid;    /* [k × D] */
   float *mean_mask;   /* [k × C] */
   int64_t n_ref, ref_stride;
@@ -93,7 +117,20 @@ typedef struct {
   int64_t max_lag;              /* samples searched for the offset */
   double tolerance;             /* samples around the offset-corrected time (detect.join_size) */
   int64_t ref_cap;              /* reference set: all matched, or every stride-th beyond this many */
+  /* prototypes: a unit with many matched spikes gets up to max_prototypes centroids (k-means on its
+   * causal features, one per SS_LIVE_SPIKES_PER_PROTOTYPE spikes) instead of its mean alone; <= 1 or
+   * be NULL: the mean alone */
+  int64_t max_prototypes;
+  const ss_backend *be; /* runs the k-means */
+  uint64_t seed;
 } ss_live_twin_input;
+
+/* Matched causal spikes per prototype (fewer: fewer prototypes; a unit keeps at least one). */
+#define SS_LIVE_SPIKES_PER_PROTOTYPE 20
+/* A unit's prototype k-means uses at most this many of its spikes per prototype (evenly spaced). */
+#define SS_LIVE_PROTOTYPE_MAX_SPIKES 64
+/* Lloyd iterations of a unit's prototype k-means. */
+#define SS_LIVE_PROTOTYPE_ITERATIONS 50
 
 /* Offset, matching, per-unit centroids and mean masks, reference set. Fails (SS_ERR_INPUT) when no
  * causal spike matches. */

@@ -115,4 +115,32 @@ static inline void offline_match(const offline_sort *o, const collected *got, do
   *same = sm;
 }
 
+/* The issue's criterion, over ALL offline spikes: of the offline spikes at samples [t_begin, t_end)
+ * (*n_all), *partnered have a live twin (offline_match's rule) and *same a twin with their unit. */
+static inline void offline_agreement_all(const offline_sort *o, const collected *got, double tol, int64_t t_begin,
+                                         int64_t t_end, int64_t *n_all, int64_t *partnered, int64_t *same) {
+  offline_sort part = *o;
+  int64_t first = 0;
+  while (first < o->n && o->times[first] < t_begin) first++;
+  int64_t last = first;
+  while (last < o->n && o->times[last] < t_end) last++;
+  part.times = o->times + first;
+  part.clu = o->clu + first;
+  part.n = last - first;
+  *n_all = part.n;
+  offline_match(&part, got, tol, partnered, same);
+}
+
+/* Live spikes with no offline spike within tol samples of their time − the offset (false or extra
+ * detections of the causal twin). */
+static inline int64_t live_without_partner(const offline_sort *o, const collected *got, double tol) {
+  int64_t extra = 0, j = 0;
+  for (int64_t i = 0; i < got->n; i++) {
+    double t = (double)got->s[i].t - o->offset;
+    while (j < o->n && (double)o->times[j] < t - tol) j++;
+    extra += !(j < o->n && (double)o->times[j] <= t + tol);
+  }
+  return extra;
+}
+
 #endif

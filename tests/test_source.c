@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -127,31 +128,36 @@ static void write_binary(const char *path) {
 
 /* ---------------------------------------------------------------- round trips */
 
-static void check_chunks(ss_source *src, int64_t chunk, int left, int right, int reverse) {
+/* The chunks of a source showing the first `total` samples of rec (N, or less after ss_source_limit). */
+static void check_chunks_of(ss_source *src, int64_t total, int64_t chunk, int left, int right, int reverse) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ok(&ctx, ss_source_configure(&ctx, src, chunk, left, right));
   int64_t n = ss_source_n_chunks(src);
-  assert_int_equal(n, (N + chunk - 1) / chunk);
+  assert_int_equal(n, (total + chunk - 1) / chunk);
   for (int64_t k = 0; k < n; k++) {
     int64_t i = reverse ? n - 1 - k : k;
     ss_chunk ch;
     ok(&ctx, ss_source_chunk(&ctx, src, i, &ch));
     assert_int_equal(ch.start, i * chunk);
-    assert_int_equal(ch.n, i == n - 1 ? N - i * chunk : chunk);
+    assert_int_equal(ch.n, i == n - 1 ? total - i * chunk : chunk);
     assert_int_equal(ch.left_valid, ch.start < left ? ch.start : left);
-    int64_t after = N - ch.start - ch.n;
+    int64_t after = total - ch.start - ch.n;
     assert_int_equal(ch.right_valid, after < right ? after : right);
     for (int64_t r = 0; r < left + ch.n + right; r++) {
       int64_t t = ch.start - left + r;
       for (int c = 0; c < C; c++) {
-        int16_t want = t >= 0 && t < N ? rec[t * C + c] : 0;
+        int16_t want = t >= 0 && t < total ? rec[t * C + c] : 0;
         if (ch.data[r * C + c] != want)
           fail_msg("chunk %lld (size %lld, margins %d/%d) row %lld channel %d: got %d, want %d", (long long)i,
                    (long long)chunk, left, right, (long long)r, c, ch.data[r * C + c], want);
       }
     }
   }
+}
+
+static void check_chunks(ss_source *src, int64_t chunk, int left, int right, int reverse) {
+  check_chunks_of(src, N, chunk, left, right, reverse);
 }
 
 static ss_source *open_spec(const ss_source_spec *spec) {
@@ -227,6 +233,31 @@ static void kwik_plain_binary(void **state) {
   write_binary(path);
   ss_source_spec bin = {.path = path, .n_channels = C, .rate_hz = RATE, .byte_offset = BIN_HEADER};
   round_trip(&bin);
+}
+
+/* ss_source_limit: the first samples only, as if the recording ended there (margins past it are
+ * zeros), then all of it again; a negative limit is refused. */
+static void limited_view(void **state) {
+  (void)state;
+  char path[512];
+  ss_test_path(path, sizeof(path), "rec_limit.bin");
+  write_binary(path);
+  ss_source_spec bin = {.path = path, .n_channels = C, .rate_hz = RATE, .byte_offset = BIN_HEADER};
+  ss_source *src = open_spec(&bin);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  const int64_t part = 20000 + 17;
+  ok(&ctx, ss_source_limit(&ctx, src, part));
+  assert_int_equal(ss_source_get_info(src)->n_samples, part);
+  assert_true(fabs(ss_source_get_info(src)->duration_s - part / RATE) < 1e-12);
+  check_chunks_of(src, part, 7777, 64, 128, 0);
+  ok(&ctx, ss_source_limit(&ctx, src, 10 * (int64_t)N)); /* beyond the end: all of it */
+  check_chunks(src, 30000, 100, 100, 0);
+  ok(&ctx, ss_source_limit(&ctx, src, part));
+  ok(&ctx, ss_source_limit(&ctx, src, 0));
+  check_chunks(src, 7777, 64, 128, 1);
+  assert_int_equal(ss_source_limit(&ctx, src, -1), SS_ERR_INTERNAL);
+  ss_source_close(src);
 }
 
 static void float_data(void **state) {
@@ -500,6 +531,7 @@ int main(void) {
   make_recording();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(nwb_rate_and_timestamps), cmocka_unit_test(kwik_plain_binary), cmocka_unit_test(float_data),
+      cmocka_unit_test(limited_view),
       cmocka_unit_test(bad_hdf5),  cmocka_unit_test(bad_binary),   cmocka_unit_test(bad_nwb),
       cmocka_unit_test(bad_kwik),  cmocka_unit_test(cli_inspect),  cmocka_unit_test(constant_memory),
   };

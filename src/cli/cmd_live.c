@@ -1,10 +1,13 @@
-/* cmd_live.c — `spikestream live --source URI --model M`: label spikes as they arrive (issue #10).
+/* cmd_live.c — `spikestream live --source URI --model M | --train-seconds S`: label spikes as they
+ * arrive (issue #10).
  *
  * A reader thread reads whole int16 frames from the source (io/link.h) and queues each read with its
  * arrival time, so that arrival times are real even when the engine is busy; the main thread pushes
  * the queued blocks into the live engine (src/live.h) and writes one record per spike to the output.
  * The queue never drops data: when it holds SS_LIVE_QUEUE_MAX_BYTES the reader waits (the sender is
- * then held back by the socket), and the engine's overrun counter shows it fell behind. */
+ * then held back by the socket), and the engine's overrun counter shows it fell behind.
+ * --train-seconds: the first S seconds go to src/live_train.h, which fits a model with `sort`'s code
+ * in the background; the rows that arrive meanwhile are counted and reported, not labelled. */
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -17,6 +20,7 @@
 #include "src/cli/cli.h"
 #include "src/live.h"
 #include "src/live_model.h"
+#include "src/live_train.h"
 #include "src/log.h"
 
 #define SS_LIVE_QUEUE_MAX_BYTES ((size_t)256 << 20)
@@ -26,11 +30,16 @@
 #define SS_LIVE_RECORD_BYTES 24         /* the binary record */
 #define SS_LIVE_MAX_BLOCK_MS 60000.0
 #define SS_MS_PER_S 1000.0
+#define SS_LIVE_MAX_CHANNELS 100000     /* --channels (the model loader's limit) */
+#define SS_LIVE_MAX_RT_PRIORITY 99      /* Linux's highest SCHED_FIFO priority */
 
 static const char usage[] =
-    "usage: spikestream live --source URI --model M [--output URI] [--format json|binary]\n"
+    "usage: spikestream live --source URI (--model M | --train-seconds S --channels N --rate HZ\n"
+    "                        [--uv-per-step U] [--probe P] [--params J] [--train-dir DIR])\n"
+    "                        [--output URI] [--format json|binary]\n"
     "                        [--assign centroid|knn] [--k K] [--distance D] [--block-ms B] [--reconnect]\n"
-    "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n\n"
+    "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n"
+    "                        [--realtime P]\n\n"
     "Label spikes as they arrive on a stream of raw little-endian int16 frames (channel-interleaved,\n"
     "any number of samples per read), with the causal twin of a model that `spikestream sort` wrote.\n"
     "Each spike is written as soon as no later sample can change it (docs/live.md):\n"
@@ -42,7 +51,17 @@ static const char usage[] =
     "  --source URI         stdin, -, a file, tcp://host:port, tcp-listen://host:port, unix:///path,\n"
     "                       unix-listen:///path\n"
     "  --model M            model.h5 from `spikestream sort` (its /live group)\n"
-    "  --train-seconds S    fit the model from the stream's first S seconds (not implemented yet)\n"
+    "  --train-seconds S    fit the model on the stream's first S seconds (`sort`'s pipeline, in the\n"
+    "                       background on --device), then label; samples arriving while it is fitted\n"
+    "                       are counted and reported, not labelled; times count from the stream start\n"
+    "  --channels N         with --train-seconds: channels per frame\n"
+    "  --rate HZ            with --train-seconds: sampling rate\n"
+    "  --uv-per-step U      with --train-seconds: microvolts per int16 step (default 1)\n"
+    "  --probe P            with --train-seconds: probe JSON (default as `sort`: the 32-channel probe\n"
+    "                       for 32 channels)\n"
+    "  --params J           with --train-seconds: parameter JSON for the fit (docs/params.md)\n"
+    "  --train-dir DIR      with --train-seconds: keep the training data and the fit's outputs\n"
+    "                       (DIR/sort/model.h5) there (default: a temporary directory, removed)\n"
     "  -o, --output URI     where the records go (default stdout; same URI forms)\n"
     "  --format F           json (default) or binary\n"
     "  --assign A           centroid (default: nearest unit centroid) or knn (vote of the --k nearest\n"
@@ -57,16 +76,26 @@ static const char usage[] =
     "  --stats-every S      seconds between counter lines on stderr (default 10; 0: only at the end)\n"
     "  --device D           cpu (default), cuda or auto\n"
     "  --connect-timeout S  how long to wait for the source (default 10; 0 = no limit)\n"
+    "  --realtime P         run the engine thread SCHED_FIFO at priority P (0 = the lowest) so that\n"
+    "                       ordinary threads cannot preempt a block; when not permitted, a warning and\n"
+    "                       normal scheduling (docs/live.md)\n"
     "\noptions:\n" SS_CLI_COMMON_HELP;
 
 enum {
   OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
-  OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE
+  OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE, OPT_CHANNELS, OPT_RATE, OPT_UV_PER_STEP,
+  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME
 };
 
 typedef struct {
   const char *source, *model, *output;
   int binary, reconnect, train;
+  int64_t realtime; /* --realtime P: P + 1 (0 = not asked) */
+  /* --train-seconds */
+  double train_s, rate_hz, uv_per_step;
+  int64_t channels;
+  const char *probe, *params_path, *train_dir;
+  int train_only_option; /* one of the options above was given */
   ss_live_opts opts;
   double stats_every_s, connect_timeout_s;
   ss_device_kind device;
@@ -81,7 +110,29 @@ static int on_option(int opt, const char *arg, void *user) {
     case OPT_SOURCE: a->source = arg; break;
     case OPT_MODEL: a->model = arg; break;
     case 'o': a->output = arg; break;
-    case OPT_TRAIN: a->train = 1; break;
+    case OPT_TRAIN:
+      code = ss_cli_number("live", "train-seconds", arg, 0, &a->train_s);
+      if (!code && !(a->train_s > 0)) return ss_cli_usage_error("live", "--train-seconds: expected a number > 0, got \"%s\"", arg);
+      a->train = 1;
+      break;
+    case OPT_CHANNELS: code = ss_cli_integer("live", "channels", arg, 1, SS_LIVE_MAX_CHANNELS, &a->channels); a->train_only_option = 1; break;
+    case OPT_RATE:
+      code = ss_cli_number("live", "rate", arg, 0, &a->rate_hz);
+      if (!code && !(a->rate_hz > 0)) return ss_cli_usage_error("live", "--rate: expected a number > 0, got \"%s\"", arg);
+      a->train_only_option = 1;
+      break;
+    case OPT_UV_PER_STEP:
+      code = ss_cli_number("live", "uv-per-step", arg, 0, &a->uv_per_step);
+      if (!code && !(a->uv_per_step > 0)) return ss_cli_usage_error("live", "--uv-per-step: expected a number > 0, got \"%s\"", arg);
+      a->train_only_option = 1;
+      break;
+    case OPT_PROBE: a->probe = arg; a->train_only_option = 1; break;
+    case OPT_PARAMS: a->params_path = arg; a->train_only_option = 1; break;
+    case OPT_TRAIN_DIR: a->train_dir = arg; a->train_only_option = 1; break;
+    case OPT_REALTIME:
+      code = ss_cli_integer("live", "realtime", arg, 0, SS_LIVE_MAX_RT_PRIORITY, &a->realtime);
+      a->realtime++;
+      break;
     case OPT_RECONNECT: a->reconnect = 1; break;
     case OPT_FORMAT:
       if (strcmp(arg, "json") && strcmp(arg, "binary"))
@@ -236,14 +287,17 @@ static void *reader_main(void *arg) {
 typedef struct {
   ss_link *out;
   int binary;
+  int64_t t_offset; /* rows of the current connection before the engine's first (--train-seconds) */
 } sink;
 
 static void put_le(unsigned char *p, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static ss_status write_spike(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+static ss_status write_spike(ss_ctx *ctx, void *user, const ss_live_spike *spike) {
   sink *k = user;
+  ss_live_spike shifted = *spike, *s = &shifted;
+  shifted.t += k->t_offset;
   if (k->binary) {
     unsigned char rec[SS_LIVE_RECORD_BYTES];
     uint32_t amp, lat;
@@ -295,6 +349,7 @@ static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_
       }
       ss_log_info(ctx, "live: the source disconnected; waiting for the next connection");
       ss_live_reset(e);
+      k->t_offset = 0;
     } else if (it) {
       /* whole rows before the error were pushed: report every pending spike, then the error */
       q->reader_done = 1;
@@ -312,8 +367,127 @@ static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_
   }
 }
 
+/* --- --train-seconds --------------------------------------------------------------------------- */
+
+typedef struct {
+  int64_t train_rows;   /* rows the model was fitted on */
+  int64_t skipped_rows; /* rows that arrived while it was fitted (or beyond the training rows of the
+                           read that completed them): counted, not labelled */
+  int64_t conn_rows;    /* rows of the current connection before the engine's first */
+  int ended;            /* the stream ended (or a stop was requested) before labelling began */
+  double fit_s;
+  int64_t n_units;
+} train_result;
+
+/* The first S seconds of the stream go to train.bin; an end or an error of the stream before that
+ * is an error (the first connection must carry them). */
+static ss_status buffer_training(ss_ctx *ctx, const live_args *a, queue *q, ss_live_trainer *tr, train_result *r) {
+  const int64_t need = (int64_t)llround(a->train_s * a->rate_hz);
+  ss_log_info(ctx, "live: buffering the stream's first %g s (%lld rows) to fit the model", a->train_s, (long long)need);
+  while (r->train_rows < need) {
+    item *it = queue_get(q, SS_LIVE_WAIT_S);
+    if (!it && stop_requested)
+      return ss_fail(ctx, SS_ERR_INPUT, "--train-seconds %g: stopped after %.3f s of training data", a->train_s,
+                     (double)r->train_rows / a->rate_hz);
+    if (!it) continue;
+    ss_status st = SS_OK;
+    if (it->kind == ITEM_ROWS) {
+      int64_t take = it->n < need - r->train_rows ? it->n : need - r->train_rows;
+      st = ss_live_train_append(ctx, tr, it->rows, take);
+      r->train_rows += take;
+      r->skipped_rows += it->n - take;
+      r->conn_rows += it->n;
+    } else {
+      q->reader_done = it->kind == ITEM_ERROR || !a->reconnect;
+      st = it->kind == ITEM_ERROR
+               ? ss_fail(ctx, it->st, "%s", it->msg ? it->msg : ss_strerror(it->st))
+               : ss_fail(ctx, SS_ERR_INPUT, "%s: the stream ended after %.3f s, before the %g s of --train-seconds",
+                         a->source, (double)r->train_rows / a->rate_hz, a->train_s);
+      free(it->msg);
+    }
+    free(it);
+    SS_TRY(st);
+  }
+  return SS_OK;
+}
+
+/* While the model is fitted: count what arrives. An end of the stream (without --reconnect) or a
+ * stop request leaves nothing to label; a stream error is returned once the fit is over. */
+static ss_status wait_for_fit(ss_ctx *ctx, const live_args *a, queue *q, ss_live_trainer *tr, train_result *r) {
+  ss_status err = SS_OK;
+  char *msg = NULL;
+  while (!ss_live_train_done(tr)) {
+    item *it = queue_get(q, SS_LIVE_WAIT_S);
+    if (!it) continue;
+    if (it->kind == ITEM_ROWS) {
+      r->skipped_rows += it->n;
+      r->conn_rows += it->n;
+    } else if (it->kind == ITEM_END) {
+      r->conn_rows = 0; /* a new connection's clock starts at 0 */
+      if (!a->reconnect) r->ended = q->reader_done = 1;
+    } else if (err == SS_OK) {
+      err = it->st;
+      msg = it->msg;
+      it->msg = NULL;
+      q->reader_done = 1;
+    }
+    if (it->kind == ITEM_ERROR) free(it->msg);
+    free(it);
+  }
+  if (stop_requested) r->ended = 1;
+  if (err != SS_OK) {
+    ss_fail(ctx, err, "%s", msg ? msg : ss_strerror(err));
+    free(msg);
+  }
+  return err;
+}
+
+static ss_status train(ss_ctx *ctx, const live_args *a, queue *q, ss_live_trainer **tr, ss_live_model *m,
+                       train_result *r) {
+  ss_live_train_opts o = {.n_channels = (int)a->channels,
+                          .rate_hz = a->rate_hz,
+                          .uv_per_step = a->uv_per_step,
+                          .probe_path = a->probe,
+                          .dir = a->train_dir,
+                          .device = a->device};
+  ss_params_defaults(&o.params);
+  if (a->params_path) SS_TRY(ss_params_load_file(ctx, a->params_path, &o.params));
+  SS_TRY(ss_params_validate(ctx, &o.params));
+  SS_TRY(ss_live_train_begin(ctx, &o, tr));
+  SS_TRY(buffer_training(ctx, a, q, *tr, r));
+  SS_TRY(ss_live_train_start(ctx, *tr));
+  ss_log_info(ctx, "live: fitting the model on %.1f s in the background (--device %s)",
+              (double)r->train_rows / a->rate_hz, ss_device_kind_name(a->device));
+  ss_status st = wait_for_fit(ctx, a, q, *tr, r);
+  ss_ctx fctx = *ctx; /* the stream's error, if any, wins over the fit's */
+  ss_ctx_clear(&fctx);
+  ss_status fst = ss_live_train_finish(&fctx, *tr, m, &r->fit_s, &r->n_units);
+  if (st != SS_OK) return st;
+  if (fst != SS_OK) return ss_fail(ctx, fst, "%s", ss_error_message(&fctx));
+  ss_log_info(ctx, "live: model fitted in %.1f s (%lld units, noise included; %s)", r->fit_s, (long long)r->n_units,
+              a->train_dir ? ss_live_train_model_path(*tr) : "temporary");
+  return SS_OK;
+}
+
+/* The line every --train-seconds run ends with, next to the engine's counters. */
+static void print_training(const train_result *r, double rate_hz) {
+  fprintf(stderr, "live: training: %lld samples (%.1f s) fitted in %.1f s; %lld samples arrived while fitting, not labelled\n",
+          (long long)r->train_rows, (double)r->train_rows / rate_hz, r->fit_s, (long long)r->skipped_rows);
+}
+
+/* --- the command -------------------------------------------------------------------------------- */
+
+/* --realtime: this thread runs the engine loop; a refusal is a warning, not an error. */
+static ss_status realtime(ss_ctx *ctx, int priority) {
+  int applied = 0;
+  char why[128];
+  SS_TRY(ss_live_realtime(ctx, priority, &applied, why, sizeof(why)));
+  if (applied) ss_log_info(ctx, "live: the engine thread runs SCHED_FIFO");
+  else ss_log_warn(ctx, "live: --realtime: %s; normal scheduling", why);
+  return SS_OK;
+}
+
 static ss_status run(ss_ctx *ctx, live_args *a) {
-  if (a->train) return ss_fail(ctx, SS_ERR_UNSUPPORTED, "--train-seconds: not implemented yet (give --model M from `spikestream sort`)");
   /* The device first: cuda without a device fails before anything is read, no CPU fallback; auto
    * logs its choice (src/backend.h). One CPU thread: the engine's blocks are small. */
   ss_backend be;
@@ -322,29 +496,41 @@ static ss_status run(ss_ctx *ctx, live_args *a) {
   memset(&m, 0, sizeof(m));
   ss_live_engine *e = NULL;
   ss_link *out = NULL;
-  ss_status st = ss_live_model_load(ctx, a->model, &m);
+  ss_live_trainer *tr = NULL;
+  train_result tres;
+  memset(&tres, 0, sizeof(tres));
+  ss_status st = a->train ? SS_OK : ss_live_model_load(ctx, a->model, &m);
   if (st != SS_OK) {
     ss_backend_close(&be);
     return st;
   }
-  st = ss_live_engine_open(ctx, &be, &m, &a->opts, &e);
+  if (!a->train) st = ss_live_engine_open(ctx, &be, &m, &a->opts, &e);
   if (st == SS_OK) st = ss_link_open(ctx, a->output ? a->output : "stdout", SS_LINK_WRITE, a->connect_timeout_s, &out);
   /* static: after a signal the reader may still sit in accept() when run() returns */
   static queue q = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
   q.a = a;
-  q.n_channels = m.n_channels;
-  q.rate_hz = m.rate_hz;
+  q.n_channels = a->train ? (int)a->channels : m.n_channels;
+  q.rate_hz = a->train ? a->rate_hz : m.rate_hz;
   pthread_t reader;
   int started = st == SS_OK && pthread_create(&reader, NULL, reader_main, &q) == 0;
   if (st == SS_OK && !started) st = ss_fail(ctx, SS_ERR_INTERNAL, "live: cannot start the reader thread");
-  sink k = {out, a->binary};
-  if (st == SS_OK) st = engine_loop(ctx, a, &q, e, &k, m.rate_hz);
-  if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", m.rate_hz);
+  if (st == SS_OK && a->train) {
+    st = train(ctx, a, &q, &tr, &m, &tres);
+    if (st == SS_OK && m.n_channels != q.n_channels)
+      st = ss_fail(ctx, SS_ERR_INTERNAL, "live: the fitted model has %d channels, the stream %d", m.n_channels, q.n_channels);
+    if (st == SS_OK && !tres.ended) st = ss_live_engine_open(ctx, &be, &m, &a->opts, &e);
+  }
+  sink k = {out, a->binary, tres.conn_rows};
+  if (st == SS_OK && a->realtime) st = realtime(ctx, (int)a->realtime - 1);
+  if (st == SS_OK && !tres.ended) st = engine_loop(ctx, a, &q, e, &k, q.rate_hz);
+  if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", q.rate_hz);
+  if (a->train) print_training(&tres, q.rate_hz);
   /* the reader has finished when the loop saw its end or its error; otherwise (a signal, a failed
    * output) it may wait on the source: the process ends without it */
   if (started && q.reader_done) pthread_join(reader, NULL);
   ss_link_close(out);
   ss_live_engine_close(e);
+  ss_live_train_close(tr);
   ss_backend_close(&be);
   ss_live_model_free(&m);
   return st;
@@ -364,6 +550,13 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
                                        {"stats-every", required_argument, NULL, OPT_STATS_EVERY},
                                        {"device", required_argument, NULL, OPT_DEVICE},
                                        {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+                                       {"channels", required_argument, NULL, OPT_CHANNELS},
+                                       {"rate", required_argument, NULL, OPT_RATE},
+                                       {"uv-per-step", required_argument, NULL, OPT_UV_PER_STEP},
+                                       {"probe", required_argument, NULL, OPT_PROBE},
+                                       {"params", required_argument, NULL, OPT_PARAMS},
+                                       {"train-dir", required_argument, NULL, OPT_TRAIN_DIR},
+                                       {"realtime", required_argument, NULL, OPT_REALTIME},
                                        {0, 0, 0, 0}};
   static live_args a; /* static: the reader thread reads it (see run()) */
   memset(&a, 0, sizeof(a));
@@ -378,6 +571,11 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
   if (!a.source) return ss_cli_usage_error("live", "--source URI is required");
   if (!a.model && !a.train) return ss_cli_usage_error("live", "--model M (or --train-seconds S) is required");
   if (a.model && a.train) return ss_cli_usage_error("live", "--model and --train-seconds exclude each other");
+  if (a.train && (a.channels <= 0 || !(a.rate_hz > 0)))
+    return ss_cli_usage_error("live", "--train-seconds needs --channels N and --rate HZ (the stream has no header)");
+  if (!a.train && a.train_only_option)
+    return ss_cli_usage_error("live", "--channels, --rate, --uv-per-step, --probe, --params and --train-dir go with "
+                              "--train-seconds (a model gives them)");
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
