@@ -7,18 +7,26 @@
  *    the engine's latency (label ready − arrival of the read holding the spike's last waveform
  *    sample) p50/p99/max, the end-to-end latency from the send time of that block, overruns, and the
  *    fraction of wall time the engine was busy;
- *  - unpaced: the whole recording pushed in B-ms blocks as fast as possible: × real time. It runs
- *    first, so that the paced run finds the device warm (CUDA context, cuBLAS, the push graphs).
+ *  - unpaced: the recording (or its first --unpaced-seconds) pushed in B-ms blocks as fast as
+ *    possible: × real time. It runs first, so that the paced run finds the device warm (CUDA
+ *    context, cuBLAS, the push graphs).
+ * --speed X (or a case's fifth field) sends the paced blocks X times faster than real time while the
+ * overrun threshold stays one block duration (B ms): X > 1 is strictly harder than real time, and lets
+ * a 10-minute replay fit a shorter wall-clock budget.
  * Channel counts other than 32 use a generated two-column linear probe (10 µm pitch) and 20 units
  * per 32 channels. A paced replay longer than the recording loops it (--cases C:B:D:S with S above
  * --seconds): the model stays the one of the recording's sort. Writes bench/results/live.json
  * (DESIGN §10): case names end in _cpu / _gpu; summary p99_ms_32ch_5ms_cpu, p50_ms_32ch_1ms_gpu,
- * p99_ms_32ch_1ms_gpu, overruns_32ch_1ms_gpu.
+ * p99_ms_32ch_1ms_gpu, overruns_32ch_1ms_gpu, seconds_32ch_1ms_gpu, speed_32ch_1ms_gpu.
  *
  * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]
- *                   [--cases C:B:D[:S],...] [--sort-device D] [--out FILE] [--tmpdir DIR]
- * --cases lists the cases (channels : block ms : cpu|cuda : paced seconds) instead of the product of
- * --channels × --device × --blocks; consecutive cases with one channel count share a workload. */
+ *                   [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]
+ *                   [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]
+ * --cases lists the cases (channels : block ms : cpu|cuda : paced seconds : speed) instead of the
+ * product of --channels × --device × --blocks; consecutive cases with one channel count share a
+ * workload. --gpu-wait: how the CUDA engine waits for the device (ss_live_wait; default spin).
+ * --realtime P: the pushing (main) thread runs SCHED_FIFO at P (0 = lowest), ss_live_realtime; each case
+ * records whether it was granted. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +65,8 @@ typedef struct {
   int channels;
   double block_ms;
   ss_device_kind device;
-  double seconds; /* paced replay */
+  double seconds; /* paced replay (recorded seconds) */
+  double speed;   /* paced blocks sent this many times faster than real time */
 } bench_case;
 
 typedef struct {
@@ -72,6 +81,12 @@ typedef struct {
   int n_cases;
   const char *out, *tmpdir;
   ss_device_kind sort_device;
+  double speed;           /* default of the cases */
+  double unpaced_seconds; /* 0: the whole recording */
+  int gpu_wait;           /* ss_live_wait */
+  int realtime;           /* --realtime PRIORITY given: SCHED_FIFO for the pushing thread */
+  int realtime_priority;
+  char realtime_note[160]; /* what the cases record: "SCHED_FIFO", "off" or why it was refused */
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -166,6 +181,7 @@ typedef struct {
   const char *uri;
   int64_t block_rows;
   int64_t total_rows; /* rows sent: the recording looped when longer */
+  double speed;       /* schedule: × real time */
   int16_t *tmp;       /* a block that wraps around the recording's end */
   double *t_send;   /* per block */
   double t0;
@@ -195,7 +211,7 @@ static void *sender_main(void *arg) {
       for (int64_t k = 0; k < n; k++) memcpy(s->tmp + k * C, s->w->raw + ((r + k) % R) * C, (size_t)C * sizeof(int16_t));
       p = s->tmp;
     }
-    sleep_until(s->t0 + (double)(r + n) / RATE); /* a block leaves once its last sample exists */
+    sleep_until(s->t0 + (double)(r + n) / (RATE * s->speed)); /* a block leaves once its last sample exists */
     s->t_send[b] = ss_now();
     s->st = ss_link_write(&ctx, l, p, (size_t)(n * C) * sizeof(int16_t));
   }
@@ -205,6 +221,12 @@ static void *sender_main(void *arg) {
 }
 
 /* --- runs ------------------------------------------------------------------------------------------ */
+
+/* Rows of the unpaced pass: the recording, or its first --unpaced-seconds. */
+static int64_t unpaced_rows(const bench_args *a, const workload *w) {
+  int64_t n = a->unpaced_seconds > 0 ? (int64_t)(a->unpaced_seconds * RATE + 0.5) : w->n_rows;
+  return n < w->n_rows ? n : w->n_rows;
+}
 
 typedef struct {
   const sender *snd; /* paced runs: send times for the end-to-end latency */
@@ -234,11 +256,23 @@ typedef struct {
   double busy_s, wall_s, e2e_p50_us, e2e_p99_us, e2e_max_us;
 } run_result;
 
-static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w, double block_ms,
-                           double seconds, run_result *res) {
+/* Arrival of a read whose first row is row `first` of the replay: the send time of that row's block.
+ * The read's own time would hide how long the data waited in the socket while the engine was busy
+ * (this loop reads only between pushes), which `spikestream live` sees through its reader thread;
+ * the send time counts it: overruns and latencies are those of a reader that never waits. t_send[b]
+ * is written before block b is written to the socket, so it is set once its rows were read. */
+static double arrival(const sender *s, int64_t first, double t_read) {
+  double t = s->t_send[first / s->block_rows];
+  return t > 0 && t < t_read ? t : t_read;
+}
+
+static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w,
+                           const bench_case *bc, run_result *res) {
+  const double block_ms = bc->block_ms, seconds = bc->seconds;
   ss_live_opts o;
   ss_live_opts_defaults(&o);
-  o.block_s = block_ms / MS_PER_S;
+  o.block_s = block_ms / MS_PER_S; /* the overrun threshold stays one block at any speed */
+  o.gpu_wait = a->gpu_wait;
   ss_live_engine *e = NULL;
   SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
   char path[4200], listen_uri[4300], connect_uri[4300];
@@ -248,7 +282,8 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   sender snd = {.w = w,
                 .uri = listen_uri,
                 .block_rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5),
-                .total_rows = (int64_t)(seconds * RATE + 0.5)};
+                .total_rows = (int64_t)(seconds * RATE + 0.5),
+                .speed = bc->speed};
   int64_t n_blocks = (snd.total_rows + snd.block_rows - 1) / snd.block_rows;
   ss_status st = SS_CALLOC(ctx, snd.t_send, (size_t)n_blocks, "send times");
   if (st == SS_OK) st = SS_ALLOC(ctx, snd.tmp, (size_t)(snd.block_rows * w->C), "send block");
@@ -260,15 +295,17 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   if (st == SS_OK) st = ss_frame_reader_open(ctx, l, w->C, READ_BLOCKS * snd.block_rows, &r);
   counter cnt = {.snd = &snd, .n_after = w->model.n_after};
   double t_start = ss_now(), busy = 0;
+  int64_t pushed = 0;
   while (st == SS_OK) {
     const int16_t *rows;
     int64_t n;
-    double t_arr;
-    st = ss_frame_reader_next(ctx, r, &rows, &n, &t_arr);
+    double t_read;
+    st = ss_frame_reader_next(ctx, r, &rows, &n, &t_read);
     if (st != SS_OK || n == 0) break;
     double t1 = ss_now();
-    st = ss_live_push(ctx, e, rows, n, t_arr, count_spike, &cnt);
+    st = ss_live_push(ctx, e, rows, n, arrival(&snd, pushed, t_read), count_spike, &cnt);
     busy += ss_now() - t1;
+    pushed += n;
   }
   if (st == SS_OK) st = ss_live_flush(ctx, e, count_spike, &cnt);
   res->wall_s = ss_now() - t_start;
@@ -288,17 +325,20 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   return st;
 }
 
-static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const workload *w, double block_ms, run_result *res) {
+/* The recording's first `seconds` (all of it when 0 or longer) pushed as fast as possible. */
+static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w,
+                             double block_ms, run_result *res) {
   ss_live_opts o;
   ss_live_opts_defaults(&o);
+  o.gpu_wait = a->gpu_wait;
   ss_live_engine *e = NULL;
   SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
-  int64_t rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5);
+  int64_t rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5), total = unpaced_rows(a, w);
   counter cnt = {0};
   ss_status st = SS_OK;
   double t0 = ss_now();
-  for (int64_t r = 0; r < w->n_rows && st == SS_OK; r += rows) {
-    int64_t n = w->n_rows - r < rows ? w->n_rows - r : rows;
+  for (int64_t r = 0; r < total && st == SS_OK; r += rows) {
+    int64_t n = total - r < rows ? total - r : rows;
     st = ss_live_push(ctx, e, w->raw + r * w->C, n, ss_now(), count_spike, &cnt);
   }
   if (st == SS_OK) st = ss_live_flush(ctx, e, count_spike, &cnt);
@@ -308,11 +348,28 @@ static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const workload *
   return st;
 }
 
+/* --realtime: the main thread pushes, so it is the one that gets SCHED_FIFO; a refusal is recorded and
+ * said, and the run goes on at normal priority. */
+static ss_status set_realtime(ss_ctx *ctx, bench_args *a) {
+  snprintf(a->realtime_note, sizeof(a->realtime_note), "off");
+  if (!a->realtime) return SS_OK;
+  int applied = 0;
+  char why[128];
+  SS_TRY(ss_live_realtime(ctx, a->realtime_priority, &applied, why, sizeof(why)));
+  if (applied) snprintf(a->realtime_note, sizeof(a->realtime_note), "SCHED_FIFO");
+  else {
+    snprintf(a->realtime_note, sizeof(a->realtime_note), "refused: %s", why);
+    fprintf(stderr, "bench_live: --realtime: %s; running at normal priority\n", why);
+  }
+  return SS_OK;
+}
+
 /* --- driver ---------------------------------------------------------------------------------------- */
 
 static const char usage[] =
     "usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]\n"
-    "                  [--cases C:B:D[:S],...] [--sort-device D] [--out FILE] [--tmpdir DIR]\n";
+    "                  [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]\n"
+    "                  [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]\n";
 
 static int parse_device(const char *text, ss_device_kind *out) {
   ss_ctx ctx;
@@ -331,8 +388,10 @@ static int parse_cases(const char *v, bench_args *a) {
     item[len] = 0;
     bench_case *c = &a->cases[a->n_cases];
     c->seconds = 0;
-    int got = sscanf(item, "%d:%lf:%15[a-z]:%lf", &c->channels, &c->block_ms, dev, &c->seconds);
-    if (got < 3 || !parse_device(dev, &c->device) || c->channels < 2 || c->channels % 2 || !(c->block_ms > 0))
+    c->speed = 0;
+    int got = sscanf(item, "%d:%lf:%15[a-z]:%lf:%lf", &c->channels, &c->block_ms, dev, &c->seconds, &c->speed);
+    if (got < 3 || !parse_device(dev, &c->device) || c->channels < 2 || c->channels % 2 || !(c->block_ms > 0) ||
+        (got == 5 && !(c->speed > 0)))
       return 0;
     a->n_cases++;
   }
@@ -347,6 +406,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   a->devices[0] = SS_DEVICE_CPU;
   a->n_devices = 1;
   a->sort_device = SS_DEVICE_CPU;
+  a->speed = 1;
+  a->gpu_wait = SS_LIVE_WAIT_SPIN;
   const double defaults[] = {1, 2, 5, 10};
   a->n_blocks = 4;
   memcpy(a->blocks_ms, defaults, sizeof(defaults));
@@ -360,6 +421,16 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     else if (strcmp(argv[i], "--out") == 0) a->out = v;
     else if (strcmp(argv[i], "--tmpdir") == 0) a->tmpdir = v;
     else if (strcmp(argv[i], "--cases") == 0) cases = v;
+    else if (strcmp(argv[i], "--speed") == 0) a->speed = atof(v);
+    else if (strcmp(argv[i], "--unpaced-seconds") == 0) a->unpaced_seconds = atof(v);
+    else if (strcmp(argv[i], "--realtime") == 0) {
+      a->realtime = 1;
+      a->realtime_priority = atoi(v);
+    }
+    else if (strcmp(argv[i], "--gpu-wait") == 0) {
+      if (strcmp(v, "spin") && strcmp(v, "sync")) return fprintf(stderr, "bench_live: --gpu-wait %s: expected spin or sync\n", v), 2;
+      a->gpu_wait = strcmp(v, "spin") == 0 ? SS_LIVE_WAIT_SPIN : SS_LIVE_WAIT_SYNC;
+    }
     else if (strcmp(argv[i], "--sort-device") == 0) {
       if (!parse_device(v, &a->sort_device)) return fprintf(stderr, "bench_live: --sort-device %s\n", v), 2;
     } else if (strcmp(argv[i], "--device") == 0) {
@@ -383,6 +454,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     i++;
   }
   if (!(a->seconds >= 1)) return fprintf(stderr, "bench_live: --seconds: expected >= 1\n"), 2;
+  if (!(a->speed > 0)) return fprintf(stderr, "bench_live: --speed: expected > 0\n"), 2;
+  if (!(a->unpaced_seconds >= 0)) return fprintf(stderr, "bench_live: --unpaced-seconds: expected >= 0\n"), 2;
   for (int i = 0; i < a->n_channel_counts; i++)
     if (a->channels[i] < 2 || a->channels[i] % 2) return fprintf(stderr, "bench_live: --channels: expected even counts >= 2\n"), 2;
   if (cases) {
@@ -391,17 +464,22 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     for (int ci = 0; ci < a->n_channel_counts; ci++)
       for (int d = 0; d < a->n_devices; d++)
         for (int b = 0; b < a->n_blocks && a->n_cases < MAX_CASES; b++)
-          a->cases[a->n_cases++] = (bench_case){a->channels[ci], a->blocks_ms[b], a->devices[d], 0};
+          a->cases[a->n_cases++] = (bench_case){a->channels[ci], a->blocks_ms[b], a->devices[d], 0, 0};
   }
-  for (int i = 0; i < a->n_cases; i++)
+  for (int i = 0; i < a->n_cases; i++) {
     if (!(a->cases[i].seconds > 0)) a->cases[i].seconds = a->seconds;
+    if (!(a->cases[i].speed > 0)) a->cases[i].speed = a->speed;
+  }
   return 0;
 }
 
 static const char *device_tag(ss_device_kind d) { return d == SS_DEVICE_CUDA ? "gpu" : "cpu"; }
 
-static void add_case(ss_bench_doc *doc, const workload *w, const bench_case *bc, const run_result *p,
-                     const run_result *u, double seconds) {
+static double per_push(int64_t count, const ss_live_stats *s) { return s->blocks ? (double)count / (double)s->blocks : 0; }
+
+static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, const bench_case *bc,
+                     const run_result *p, const run_result *u) {
+  const double seconds = (double)unpaced_rows(a, w) / RATE; /* the unpaced pass */
   char name[64];
   const double block_ms = bc->block_ms;
   snprintf(name, sizeof(name), "%dch_%gms_%s", w->C, block_ms, device_tag(bc->device));
@@ -411,7 +489,12 @@ static void add_case(ss_bench_doc *doc, const workload *w, const bench_case *bc,
   cJSON_AddNumberToObject(c, "rate_hz", RATE);
   cJSON_AddNumberToObject(c, "block_ms", block_ms);
   cJSON_AddNumberToObject(c, "seconds", bc->seconds);
-  cJSON_AddNumberToObject(c, "recording_seconds", seconds);
+  cJSON_AddNumberToObject(c, "speed", bc->speed);
+  cJSON_AddNumberToObject(c, "paced_wall_s", p->wall_s);
+  cJSON_AddNumberToObject(c, "recording_seconds", (double)w->n_rows / RATE);
+  cJSON_AddNumberToObject(c, "unpaced_seconds", seconds);
+  cJSON_AddStringToObject(c, "realtime", a->realtime_note);
+  if (bc->device == SS_DEVICE_CUDA) cJSON_AddStringToObject(c, "gpu_wait", a->gpu_wait == SS_LIVE_WAIT_SPIN ? "spin" : "sync");
   cJSON_AddNumberToObject(c, "units", (double)w->model.k);
   cJSON_AddNumberToObject(c, "spikes", (double)p->stats.spikes);
   cJSON_AddNumberToObject(c, "blocks", (double)p->stats.blocks);
@@ -423,18 +506,27 @@ static void add_case(ss_bench_doc *doc, const workload *w, const bench_case *bc,
   cJSON_AddNumberToObject(c, "e2e_max_ms", 1e-3 * p->e2e_max_us);
   cJSON_AddNumberToObject(c, "overruns", (double)p->stats.overruns);
   cJSON_AddNumberToObject(c, "max_behind_ms", 1e3 * p->stats.max_behind_s);
+  cJSON_AddStringToObject(c, "arrival", "send time of the push's first block");
+  cJSON_AddNumberToObject(c, "slow_pushes", (double)p->stats.slow_pushes);
+  cJSON_AddNumberToObject(c, "max_push_ms", 1e3 * p->stats.max_push_s);
   cJSON_AddNumberToObject(c, "graph_pushes", (double)p->stats.graph_pushes);
+  cJSON_AddNumberToObject(c, "detections_per_push", per_push(p->stats.detections, &p->stats));
+  cJSON_AddNumberToObject(c, "device_waits_per_push", per_push(p->stats.device_waits, &p->stats));
   cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_s", u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_x_realtime", seconds / u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_spikes", (double)u->stats.spikes);
-  printf("%4d ch, %4g ms blocks, %s, %g s paced: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms (end to end p50 %.3f, "
-         "p99 %.3f ms); %lld overruns of %lld blocks (at most %.2f ms behind); busy %.1f%%; unpaced %.1fx real time "
-         "(%lld spikes in %g s, %lld paced)\n",
-         w->C, block_ms, device_tag(bc->device), bc->seconds, 1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
+  printf("%4d ch, %4g ms blocks, %s, %g s paced at %gx in %.1f s: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms "
+         "(end to end p50 %.3f, p99 %.3f ms); %lld overruns of %lld blocks (at most %.2f ms behind); %lld pushes "
+         "longer than a block (longest %.2f ms); busy %.1f%%; "
+         "%.2f detections and %.2f device waits per push; unpaced %.1fx real time (%lld spikes in %g s, %lld paced)\n",
+         w->C, block_ms, device_tag(bc->device), bc->seconds, bc->speed, p->wall_s,
+         1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
          1e-3 * ss_live_stats_percentile_us(&p->stats, 99), 1e-3 * p->stats.latency_max_us, 1e-3 * p->e2e_p50_us,
          1e-3 * p->e2e_p99_us, (long long)p->stats.overruns, (long long)p->stats.blocks, 1e3 * p->stats.max_behind_s,
-         100.0 * p->busy_s / p->wall_s, seconds / u->wall_s, (long long)u->stats.spikes, seconds,
+         (long long)p->stats.slow_pushes, 1e3 * p->stats.max_push_s,
+         100.0 * p->busy_s / p->wall_s, per_push(p->stats.detections, &p->stats),
+         per_push(p->stats.device_waits, &p->stats), seconds / u->wall_s, (long long)u->stats.spikes, seconds,
          (long long)p->stats.spikes);
   fflush(stdout);
   if (w->C == 32 && block_ms == 5.0 && bc->device == SS_DEVICE_CPU)
@@ -444,6 +536,7 @@ static void add_case(ss_bench_doc *doc, const workload *w, const bench_case *bc,
     ss_bench_summary_number(doc, "p99_ms_32ch_1ms_gpu", 1e-3 * ss_live_stats_percentile_us(&p->stats, 99));
     ss_bench_summary_number(doc, "overruns_32ch_1ms_gpu", (double)p->stats.overruns);
     ss_bench_summary_number(doc, "seconds_32ch_1ms_gpu", bc->seconds);
+    ss_bench_summary_number(doc, "speed_32ch_1ms_gpu", bc->speed);
   }
 }
 
@@ -473,7 +566,8 @@ int main(int argc, char **argv) {
   char device[512];
   int any_cuda = 0;
   for (int i = 0; i < a.n_cases; i++) any_cuda |= a.cases[i].device == SS_DEVICE_CUDA;
-  ss_status st = backend_for(&ctx, any_cuda ? SS_DEVICE_CUDA : SS_DEVICE_CPU, bes, open, &be);
+  ss_status st = set_realtime(&ctx, &a);
+  if (st == SS_OK) st = backend_for(&ctx, any_cuda ? SS_DEVICE_CUDA : SS_DEVICE_CPU, bes, open, &be);
   if (st == SS_OK) ss_bench_device_string(be, device, sizeof(device));
   if (st == SS_OK) st = ss_bench_doc_init(&ctx, &doc, "live", device);
   workload w;
@@ -492,9 +586,9 @@ int main(int argc, char **argv) {
     memset(&p, 0, sizeof(p));
     memset(&u, 0, sizeof(u));
     if (st == SS_OK) st = backend_for(&ctx, bc->device, bes, open, &be);
-    if (st == SS_OK) st = unpaced_run(&ctx, be, &w, bc->block_ms, &u);
-    if (st == SS_OK) st = paced_run(&ctx, be, &a, &w, bc->block_ms, bc->seconds, &p);
-    if (st == SS_OK) add_case(&doc, &w, bc, &p, &u, a.seconds);
+    if (st == SS_OK) st = unpaced_run(&ctx, be, &a, &w, bc->block_ms, &u);
+    if (st == SS_OK) st = paced_run(&ctx, be, &a, &w, bc, &p);
+    if (st == SS_OK) add_case(&doc, &a, &w, bc, &p, &u);
     /* each case's figures are on disk as soon as it ends (a long run may be cut short): a copy of
      * the document is written (ss_bench_doc_write frees what it writes) */
     if (st == SS_OK) {

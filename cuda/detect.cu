@@ -36,6 +36,10 @@ constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr int STATS_WARPS = THREADS / WARP;
 /* cell indices are int32 (as the CPU's node ids); one more for the scan's total */
 constexpr int64_t MAX_CELLS = (int64_t)INT_MAX - 1;
+/* device counters of a run: spikes, truncated, first open row */
+constexpr int SMALL_COUNTS = 3;
+/* memset byte giving the first-open counter a value above every row (0x7f7f7f7f) before atomicMin */
+constexpr int NO_ROW_BYTE = 0x7f;
 
 /* ss_detect_signal (threshold.h) for the device. */
 __device__ __forceinline__ float signal_of(int polarity, float x) {
@@ -145,9 +149,24 @@ __global__ void k_mark(det_args a, own_rule o, int *n_truncated) {
 
 __global__ void k_counts(det_args a, int *small) { small[0] = a.idx[a.n_cells]; }
 
+/* The first row of the first owned component — any, the strong flag is not looked at — whose last
+ * node lies at or after row open_row (relative rows): a root is its component's first node. */
+__global__ void k_first_open(det_args a, own_rule o, int64_t open_row, int *first) {
+  int cell = blockIdx.x * blockDim.x + threadIdx.x;
+  if (cell >= a.n_cells || a.parent[cell] != cell) return;
+  int row = cell / a.C;
+  if (row >= o.own_begin && row < o.own_end && a.last[cell] / a.C >= open_row) atomicMin(first, row);
+}
+
 __global__ void k_roots(det_args a, int32_t *roots) {
   int cell = blockIdx.x * blockDim.x + threadIdx.x;
   if (cell < a.n_cells && a.flag[cell]) roots[a.idx[cell]] = cell;
+}
+
+/* Block row of each spike's last node. */
+__global__ void k_last_rows(det_args a, const int32_t *roots, int64_t n, int64_t search_begin, int64_t *rows) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) rows[i] = search_begin + a.last[roots[i]] / a.C;
 }
 
 struct spike_out {
@@ -269,10 +288,11 @@ struct ss_detect_cuda {
   int32_t *parent, *last, *flag, *idx;
   void *scan_tmp;
   size_t scan_bytes;
-  int *small;      /* device: [0] spike count, [1] truncated count */
+  int *small;      /* device: [0] spike count, [1] truncated count, [2] first open row (split runs) */
   int *host_small; /* pinned */
   int64_t spike_cap;
   int32_t *roots;
+  int64_t *last_rows; /* split runs: block row of each spike's last node */
   double *tc;
   int64_t *time_samples;
   float *time_fraction;
@@ -303,6 +323,8 @@ void free_spikes(ss_detect_cuda *d) {
   cudaFree(d->amplitude);
   cudaFree(d->masks);
   cudaFree(d->waveforms);
+  cudaFree(d->last_rows);
+  d->last_rows = nullptr;
   d->roots = nullptr;
   d->tc = nullptr;
   d->time_samples = nullptr;
@@ -346,6 +368,7 @@ ss_status reserve_spikes(ss_ctx *ctx, ss_detect_cuda *d, int64_t n, cudaStream_t
   SS_TRY(SS_CUDA_ALLOC(ctx, d->amplitude, cap, "spike table"));
   SS_TRY(SS_CUDA_ALLOC(ctx, d->masks, (size_t)cap * C, "spike masks"));
   SS_TRY(SS_CUDA_ALLOC(ctx, d->waveforms, (size_t)cap * C * W, "spike waveforms"));
+  SS_TRY(SS_CUDA_ALLOC(ctx, d->last_rows, cap, "spike table"));
   d->spike_cap = cap;
   return SS_OK;
 }
@@ -368,8 +391,8 @@ ss_status open_arrays(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_graph *g, 
   SS_TRY(upload(ctx, &d->adj, g->adj, (size_t)g->adj_start[C], "probe graph", st));
   SS_TRY(upload(ctx, &d->weak, th->weak, C, "thresholds", st));
   SS_TRY(upload(ctx, &d->strong, th->strong, C, "thresholds", st));
-  SS_TRY(SS_CUDA_ALLOC(ctx, d->small, 2, "detection counts"));
-  SS_CUDA_TRY(ctx, cudaMallocHost((void **)&d->host_small, 2 * sizeof(int)));
+  SS_TRY(SS_CUDA_ALLOC(ctx, d->small, SMALL_COUNTS, "detection counts"));
+  SS_CUDA_TRY(ctx, cudaMallocHost((void **)&d->host_small, SMALL_COUNTS * sizeof(int)));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(st));
   return SS_OK;
 }
@@ -399,27 +422,69 @@ spike_out outputs_of(const ss_detect_cuda *d, int64_t n) {
   return s;
 }
 
-/* Components of the search region up to the spike count (the one synchronisation). */
-ss_status find_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk,
-                      cudaStream_t st, int64_t *n, int64_t *n_truncated) {
+/* Components of the search region up to the spike count, queued on st; the counts are copied to
+ * host_small. open_row >= 0 (relative rows) also queues the first-open search into small[2]. */
+ss_status queue_find(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk, cudaStream_t st,
+                     int64_t open_row) {
   const unsigned nb = blocks_for(a.n_cells);
   const int64_t sb = blk->search_begin;
   own_rule o = {blk->own_begin - sb, blk->own_end - sb, blk->search_end - 1 - sb, blk->search_end < blk->n_rows};
+  const int counts = open_row >= 0 ? SMALL_COUNTS : 2;
   SS_CUDA_TRY(ctx, cudaMemsetAsync(d->small, 0, 2 * sizeof(int), st));
+  if (open_row >= 0) SS_CUDA_TRY(ctx, cudaMemsetAsync(d->small + 2, NO_ROW_BYTE, sizeof(int), st));
   k_init<<<nb, THREADS, 0, st>>>(a);
   k_hook<<<nb, THREADS, 0, st>>>(a);
   k_flatten<<<nb, THREADS, 0, st>>>(a);
   k_reduce<<<nb, THREADS, 0, st>>>(a);
   k_mark<<<nb, THREADS, 0, st>>>(a, o, d->small + 1);
+  if (open_row >= 0) k_first_open<<<nb, THREADS, 0, st>>>(a, o, open_row, d->small + 2);
   SS_CUDA_TRY(ctx, cudaGetLastError());
   size_t bytes = d->scan_bytes;
   SS_CUDA_TRY(ctx, cub::DeviceScan::ExclusiveSum(d->scan_tmp, bytes, a.flag, a.idx, a.n_cells + 1, st));
   k_counts<<<1, 1, 0, st>>>(a, d->small);
   SS_CUDA_TRY(ctx, cudaGetLastError());
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(d->host_small, d->small, 2 * sizeof(int), cudaMemcpyDeviceToHost, st));
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(d->host_small, d->small, counts * sizeof(int), cudaMemcpyDeviceToHost, st));
+  return SS_OK;
+}
+
+/* Components of the search region up to the spike count (the one synchronisation). */
+ss_status find_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk,
+                      cudaStream_t st, int64_t *n, int64_t *n_truncated) {
+  SS_TRY(queue_find(ctx, d, a, blk, st, -1));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(st));
   *n = d->host_small[0];
   *n_truncated = d->host_small[1];
+  return SS_OK;
+}
+
+/* The n spikes' statistics and waveforms (queued on st) into out. */
+ss_status queue_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk,
+                       cudaStream_t st, int64_t n, ss_spike_dev *out) {
+  SS_TRY(reserve_spikes(ctx, d, n, st));
+  const int64_t cells = a.n_cells;
+  const spike_out s = outputs_of(d, n);
+  const int W = d->cfg.n_before + d->cfg.n_after;
+  k_roots<<<blocks_for(cells), THREADS, 0, st>>>(a, d->roots);
+  k_stats<<<(unsigned)((n + STATS_WARPS - 1) / STATS_WARPS), THREADS, 0, st>>>(a, s, blk->search_begin,
+                                                                               blk->row0_sample);
+  k_waves<<<blocks_for(n * d->C * W), THREADS, 0, st>>>(blk->x, blk->n_rows, d->C, d->cfg.n_before, W, s);
+  SS_CUDA_TRY(ctx, cudaGetLastError());
+  out->time_samples = d->time_samples;
+  out->time_fraction = d->time_fraction;
+  out->peak_channel = d->peak_channel;
+  out->amplitude = d->amplitude;
+  out->masks = d->masks;
+  out->waveforms = d->waveforms;
+  return SS_OK;
+}
+
+/* The search region's cells, checked as ss_detect_cuda_run checks them (0 when empty). */
+ss_status search_cells(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, int64_t *cells) {
+  SS_TRY(ss_detect_block_check(ctx, &d->cfg, NULL, NULL, blk, NULL));
+  *cells = (blk->search_end - blk->search_begin) * d->C;
+  if (*cells > MAX_CELLS)
+    return ss_fail(ctx, SS_ERR_INPUT, "detect: %lld search rows × %d channels is more than %lld cells in one block",
+                   (long long)(blk->search_end - blk->search_begin), d->C, (long long)MAX_CELLS);
   return SS_OK;
 }
 
@@ -463,12 +528,9 @@ extern "C" void ss_detect_cuda_close(ss_detect_cuda *d) {
 extern "C" ss_status ss_detect_cuda_run(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, ss_stream stream,
                                         ss_spike_dev *out) {
   memset(out, 0, sizeof(*out));
-  SS_TRY(ss_detect_block_check(ctx, &d->cfg, NULL, NULL, blk, NULL));
   cudaStream_t st = stream ? (cudaStream_t)stream : ss_cuda_stream(d->be);
-  const int64_t cells = (blk->search_end - blk->search_begin) * d->C;
-  if (cells > MAX_CELLS)
-    return ss_fail(ctx, SS_ERR_INPUT, "detect: %lld search rows × %d channels is more than %lld cells in one block",
-                   (long long)(blk->search_end - blk->search_begin), d->C, (long long)MAX_CELLS);
+  int64_t cells;
+  SS_TRY(search_cells(ctx, d, blk, &cells));
   if (cells == 0) return SS_OK;
   SS_TRY(reserve_cells(ctx, d, cells, st));
   const det_args a = args_of(d, blk, (int)cells);
@@ -477,20 +539,50 @@ extern "C" ss_status ss_detect_cuda_run(ss_ctx *ctx, ss_detect_cuda *d, const ss
   out->n = n;
   out->n_truncated = n_truncated;
   if (n == 0) return SS_OK;
-  SS_TRY(reserve_spikes(ctx, d, n, st));
-  const spike_out s = outputs_of(d, n);
-  const int W = d->cfg.n_before + d->cfg.n_after;
-  k_roots<<<blocks_for(cells), THREADS, 0, st>>>(a, d->roots);
-  k_stats<<<(unsigned)((n + STATS_WARPS - 1) / STATS_WARPS), THREADS, 0, st>>>(a, s, blk->search_begin,
-                                                                               blk->row0_sample);
-  k_waves<<<blocks_for(n * d->C * W), THREADS, 0, st>>>(blk->x, blk->n_rows, d->C, d->cfg.n_before, W, s);
+  return queue_spikes(ctx, d, a, blk, st, n, out);
+}
+
+extern "C" ss_status ss_detect_cuda_reserve(ss_ctx *ctx, ss_detect_cuda *d, int64_t rows, int64_t spikes,
+                                            ss_stream stream) {
+  cudaStream_t st = stream ? (cudaStream_t)stream : ss_cuda_stream(d->be);
+  const int64_t cells = rows * d->C;
+  if (cells > 0) SS_TRY(reserve_cells(ctx, d, cells < MAX_CELLS ? cells : MAX_CELLS, st));
+  if (spikes > 0) SS_TRY(reserve_spikes(ctx, d, spikes, st));
+  return SS_OK;
+}
+
+extern "C" ss_status ss_detect_cuda_find(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk,
+                                         int64_t open_row, ss_stream stream) {
+  cudaStream_t st = stream ? (cudaStream_t)stream : ss_cuda_stream(d->be);
+  int64_t cells;
+  SS_TRY(search_cells(ctx, d, blk, &cells));
+  if (cells == 0) { /* nothing to queue: the counts a run would give */
+    d->host_small[0] = d->host_small[1] = 0;
+    d->host_small[2] = INT_MAX;
+    return SS_OK;
+  }
+  SS_TRY(reserve_cells(ctx, d, cells, st));
+  const int64_t rel = open_row - blk->search_begin;
+  return queue_find(ctx, d, args_of(d, blk, (int)cells), blk, st, rel > 0 ? rel : 0);
+}
+
+extern "C" ss_status ss_detect_cuda_finish(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk,
+                                           ss_stream stream, ss_spike_dev *out, int64_t *first_open,
+                                           const int64_t **last_rows) {
+  memset(out, 0, sizeof(*out));
+  cudaStream_t st = stream ? (cudaStream_t)stream : ss_cuda_stream(d->be);
+  const int64_t first = blk->search_begin + (int64_t)d->host_small[2];
+  *first_open = first < blk->own_end ? first : blk->own_end;
+  *last_rows = nullptr;
+  out->n = d->host_small[0];
+  out->n_truncated = d->host_small[1];
+  if (out->n == 0) return SS_OK;
+  const int64_t cells = (blk->search_end - blk->search_begin) * d->C;
+  const det_args a = args_of(d, blk, (int)cells);
+  SS_TRY(queue_spikes(ctx, d, a, blk, st, out->n, out));
+  k_last_rows<<<blocks_for(out->n), THREADS, 0, st>>>(a, d->roots, out->n, blk->search_begin, d->last_rows);
   SS_CUDA_TRY(ctx, cudaGetLastError());
-  out->time_samples = d->time_samples;
-  out->time_fraction = d->time_fraction;
-  out->peak_channel = d->peak_channel;
-  out->amplitude = d->amplitude;
-  out->masks = d->masks;
-  out->waveforms = d->waveforms;
+  *last_rows = d->last_rows;
   return SS_OK;
 }
 

@@ -1,14 +1,21 @@
 /* cuda/live.cu — the CUDA stages of the live engine (src/live_cuda.h): the device buffer of filtered
- * rows, the captured graph of a push's fixed part, detection handles per slot, and labelling.
+ * rows, the captured graph of a push's fixed part, the push's one detection and the labels of its
+ * spikes.
  *
  * One stream (the backend's). A push's fixed part — raw rows from pinned staging to the device, scale
  * to µV, causal filter (state on the device), strong-sample flag back to pinned memory — reads and
  * writes fixed addresses, so it is captured once per push size into a CUDA graph and relaunched; the
- * filtered block is then copied to the end of the rolling buffer (whose address moves) and the stream
- * synchronised once to read the flag. The first push of a stream runs directly: the filter then starts
- * from the steady state of its first row, a different kernel argument. The buffer is a pair of
- * equal allocations: trimming moves a start offset; when the end would pass the capacity the live rows
- * are copied to the front of the other one (device copies may not overlap) and the two swap. */
+ * filtered block is then copied to the end of the rolling buffer (whose address moves). The first
+ * push of a stream runs directly: the filter then starts from the steady state of its first row, a
+ * different kernel argument. The buffer is a pair of equal allocations: trimming moves a start
+ * offset; when the end would pass the capacity the live rows are copied to the front of the other
+ * one (device copies may not overlap) and the two swap.
+ *
+ * Round trips are the cost at 32 channels (each is a launch queue drained and a wake-up), so a push
+ * waits for the device at most three times: the strong flag (skipped when a detection follows
+ * anyway), the spike count of its one detection (ss_detect_cuda_find), and the packed tables of the
+ * spikes with their labels (every spike found is labelled: cheaper than a fourth round trip for the
+ * selection). Waits spin on an event unless the engine was opened with SS_LIVE_WAIT_SYNC. */
 #include <cmath>
 #include <cstring>
 
@@ -23,7 +30,10 @@ constexpr int THREADS = 256;
 constexpr int64_t MIN_ROWS = 8192;   /* buffer rows at open (grows by doubling) */
 constexpr int64_t MIN_PUSH = 1024;   /* push rows at open */
 constexpr int64_t MIN_SPIKES = 256;  /* spike table rows at open */
+constexpr int64_t MIN_DETECT_ROWS = 2048; /* detection rows at open: lead-in + 20 ms pending + a push at 30 kHz */
 constexpr int MAX_GRAPHS = 8;        /* push sizes with a captured graph; others run directly */
+/* one packed table row: time, last node row (int64), fraction, channel, amplitude, label (32-bit) */
+constexpr size_t PACK_BYTES = 2 * sizeof(int64_t) + 4 * sizeof(int32_t);
 
 unsigned blocks_for(int64_t n) { return (unsigned)((n + THREADS - 1) / THREADS); }
 
@@ -44,14 +54,20 @@ __global__ void k_strong(const float *x, int64_t count, int C, int polarity, con
   if (use[c] && s > strong[c]) *flag = 1;
 }
 
-/* Waveforms and masks of the selected spikes, in selection order. */
-__global__ void k_gather(const float *wave, const float *masks, const int64_t *sel, int64_t n, int64_t per, int C,
-                         float *wout, float *mout) {
+/* The tables of n spikes packed as consecutive arrays (the layout of ss_live_found, n-strided) for
+ * one copy to the host. */
+__global__ void k_pack(int64_t n, const int64_t *t, const int64_t *last, const float *frac, const int32_t *ch,
+                       const float *amp, const int32_t *label, unsigned char *out) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n * per) return;
-  int64_t k = i / per, j = i % per, s = sel[k];
-  wout[i] = wave[s * per + j];
-  if (j < C) mout[k * C + j] = masks[s * C + j];
+  if (i >= n) return;
+  int64_t *o64 = (int64_t *)out;
+  o64[i] = t[i];
+  o64[n + i] = last[i];
+  float *of = (float *)(o64 + 2 * n);
+  of[i] = frac[i];
+  ((int32_t *)of)[n + i] = ch[i];
+  of[2 * n + i] = amp[i];
+  ((int32_t *)of)[3 * n + i] = label[i];
 }
 
 /* Nearest unit centroid: live.c's nearest_centroid (float squares summed in double, first minimum). */
@@ -127,7 +143,8 @@ struct ss_live_cuda {
   const ss_backend *be;
   const ss_live_model *m;
   cudaStream_t s;
-  int C, F, masked;
+  int C, F, masked, spin;
+  cudaEvent_t ev; /* the spin wait's marker */
   /* model on the device */
   double *d_uv, *d_state;
   int *d_use, started;
@@ -141,21 +158,18 @@ struct ss_live_cuda {
   int *h_flag, *d_flag;
   graph_entry graphs[MAX_GRAPHS];
   int n_graphs;
-  int64_t graphed, direct;
+  int64_t graphed, direct, waits;
   /* the rolling buffer: rows [head, head + rows) of d_buf; d_spare of the same capacity */
   float *d_buf, *d_spare;
   int64_t buf_cap, head, rows;
-  /* detection */
-  ss_detect_cuda *det[SS_LIVE_SLOTS];
-  ss_spike_dev last; /* the last SS_LIVE_SLOT_SPIKES detection */
-  /* spike tables: pinned host staging and device selection */
-  void *h_tab;
-  int64_t tab_cap;
-  int64_t *h_sel, *d_sel;
-  int32_t *h_labels, *d_labels, *d_idx;
+  /* detection (model thresholds) */
+  ss_detect_cuda *det;
+  /* labels of the spikes found and their packed tables (device, pinned host) */
+  int32_t *d_labels, *d_idx;
   uint8_t *d_cert;
-  float *d_wsel, *d_msel, *d_feat;
-  int64_t sel_cap, idx_cap;
+  float *d_feat;
+  unsigned char *d_pack, *h_pack;
+  int64_t lab_cap, idx_cap;
 };
 
 /* --- open / close ------------------------------------------------------------------------------ */
@@ -238,9 +252,11 @@ static ss_status model_upload(ss_ctx *ctx, ss_live_cuda *g, const ss_live_model 
   return SS_OK;
 }
 
+static ss_status labels_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n, int64_t k);
+
 extern "C" ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_live_model *m,
-                                       const ss_detect_config *cfg, const ss_thresholds *every, int masked_distance,
-                                       ss_knn_index *knn, ss_live_cuda **out) {
+                                       const ss_detect_config *cfg, int masked_distance, ss_knn_index *knn,
+                                       ss_live_wait wait, ss_live_cuda **out) {
   *out = nullptr;
   ss_live_cuda *g = nullptr;
   SS_TRY(SS_CALLOC(ctx, g, 1, "live CUDA state"));
@@ -251,15 +267,20 @@ extern "C" ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const 
   g->F = m->n_channels * m->n_pcs;
   g->masked = masked_distance;
   g->knn = knn;
+  g->spin = wait == SS_LIVE_WAIT_SPIN;
   ss_status st = model_upload(ctx, g, m);
-  if (st == SS_OK) st = ss_detect_cuda_open(ctx, be, cfg, &m->graph, &m->thresholds, &g->det[SS_LIVE_SLOT_SPIKES]);
-  if (st == SS_OK) st = ss_detect_cuda_open(ctx, be, cfg, &m->graph, &m->thresholds, &g->det[SS_LIVE_SLOT_CUT]);
-  if (st == SS_OK) st = ss_detect_cuda_open(ctx, be, cfg, &m->graph, every, &g->det[SS_LIVE_SLOT_EVERY]);
+  if (st == SS_OK) st = ss_detect_cuda_open(ctx, be, cfg, &m->graph, &m->thresholds, &g->det);
+  if (st == SS_OK && cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming) != cudaSuccess)
+    st = ss_fail(ctx, SS_ERR_DEVICE, "CUDA: live wait event: %s", cudaGetErrorString(cudaGetLastError()));
   if (st == SS_OK && cudaMallocHost((void **)&g->h_flag, sizeof(int)) != cudaSuccess)
     st = ss_fail(ctx, SS_ERR_DEVICE, "CUDA: pinned flag: %s", cudaGetErrorString(cudaGetLastError()));
   if (st == SS_OK) st = SS_CUDA_ALLOC(ctx, g->d_flag, 1, "live flag");
   if (st == SS_OK) st = push_reserve(ctx, g, MIN_PUSH);
   if (st == SS_OK) st = buffer_reserve(ctx, g, MIN_ROWS);
+  /* the detection's and the labels' arrays at their working size now: growing them mid-stream
+   * (cudaFree / cudaMalloc synchronise the device) would stall the first pushes by milliseconds */
+  if (st == SS_OK) st = ss_detect_cuda_reserve(ctx, g->det, MIN_DETECT_ROWS, MIN_SPIKES, g->s);
+  if (st == SS_OK) st = labels_reserve(ctx, g, MIN_SPIKES, 1);
   if (st != SS_OK) {
     ss_live_cuda_close(g);
     return st;
@@ -268,14 +289,11 @@ extern "C" ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const 
   return SS_OK;
 }
 
-/* The selection's arrays (host staging and device). */
-static void free_selection(ss_live_cuda *g) {
-  cudaFreeHost(g->h_sel);
-  cudaFreeHost(g->h_labels);
-  cudaFree(g->d_sel);
+/* The labelling and table arrays. */
+static void free_labels(ss_live_cuda *g) {
+  cudaFreeHost(g->h_pack);
+  cudaFree(g->d_pack);
   cudaFree(g->d_labels);
-  cudaFree(g->d_wsel);
-  cudaFree(g->d_msel);
   cudaFree(g->d_feat);
   cudaFree(g->d_idx);
   cudaFree(g->d_cert);
@@ -285,9 +303,9 @@ extern "C" void ss_live_cuda_close(ss_live_cuda *g) {
   if (!g) return;
   cudaStreamSynchronize(g->s);
   drop_graphs(g);
-  for (int i = 0; i < SS_LIVE_SLOTS; i++) ss_detect_cuda_close(g->det[i]);
-  free_selection(g);
-  cudaFreeHost(g->h_tab);
+  ss_detect_cuda_close(g->det);
+  free_labels(g);
+  if (g->ev) cudaEventDestroy(g->ev);
   cudaFreeHost(g->h_raw);
   cudaFreeHost(g->h_flag);
   void *dev[] = {g->d_uv,     g->d_state,     g->d_use,       g->d_strong, g->d_basis, g->d_centroid, g->d_mean_mask,
@@ -302,9 +320,27 @@ extern "C" void ss_live_cuda_reset(ss_live_cuda *g) {
   g->head = g->rows = 0;
 }
 
-extern "C" void ss_live_cuda_graph_counts(const ss_live_cuda *g, int64_t *graphed, int64_t *direct) {
+extern "C" void ss_live_cuda_counts(const ss_live_cuda *g, int64_t *graphed, int64_t *direct, int64_t *waits) {
   *graphed = g->graphed;
   *direct = g->direct;
+  *waits = g->waits;
+}
+
+/* --- waiting ----------------------------------------------------------------------------------- */
+
+/* Until the stream's queued work is done: spin on an event, or cudaStreamSynchronize. */
+static ss_status wait_device(ss_ctx *ctx, ss_live_cuda *g) {
+  g->waits++;
+  if (!g->spin) {
+    SS_CUDA_TRY(ctx, cudaStreamSynchronize(g->s));
+    return SS_OK;
+  }
+  SS_CUDA_TRY(ctx, cudaEventRecord(g->ev, g->s));
+  cudaError_t e;
+  while ((e = cudaEventQuery(g->ev)) == cudaErrorNotReady) {
+  }
+  if (e != cudaSuccess) return ss_fail(ctx, SS_ERR_DEVICE, "CUDA: live wait: %s", cudaGetErrorString(e));
+  return SS_OK;
 }
 
 /* --- append ------------------------------------------------------------------------------------ */
@@ -352,7 +388,7 @@ static ss_status graph_for(ss_ctx *ctx, ss_live_cuda *g, int64_t n, cudaGraphExe
 }
 
 extern "C" ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t drop, const int16_t *rows, int64_t n,
-                                         int *strong) {
+                                         int want_flag, int *strong) {
   *strong = 0;
   if (drop > g->rows) drop = g->rows;
   g->head += drop;
@@ -360,7 +396,8 @@ extern "C" ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t d
   if (n <= 0) return SS_OK;
   SS_TRY(push_reserve(ctx, g, n));
   SS_TRY(buffer_reserve(ctx, g, g->rows + n));
-  /* the previous push's graph may still read h_raw only until its synchronisation, which is done */
+  /* the previous push's graph read h_raw before the wait that ended that push (every push waits:
+   * for its flag, or in the detection that follows) */
   memcpy(g->h_raw, rows, (size_t)(n * g->C) * sizeof(int16_t));
   cudaGraphExec_t exec = nullptr;
   if (g->started) SS_TRY(graph_for(ctx, g, n, &exec));
@@ -374,116 +411,95 @@ extern "C" ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t d
   const size_t C = (size_t)g->C;
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_buf + (size_t)(g->head + g->rows) * C, g->d_block, (size_t)n * C * sizeof(float),
                                    cudaMemcpyDeviceToDevice, g->s));
-  SS_CUDA_TRY(ctx, cudaStreamSynchronize(g->s));
   g->rows += n;
+  if (!want_flag) return SS_OK;
+  SS_TRY(wait_device(ctx, g));
   *strong = *g->h_flag != 0;
   return SS_OK;
 }
 
-/* --- detection ---------------------------------------------------------------------------------- */
+/* --- detection and labels ---------------------------------------------------------------------- */
 
-/* Pinned host tables for n spikes: times, fractions, channels, amplitudes, masks. */
-static ss_status tables_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n) {
-  int64_t cap = grown(g->tab_cap, n, MIN_SPIKES);
-  if (cap == g->tab_cap) return SS_OK;
-  cudaFreeHost(g->h_tab);
-  g->h_tab = nullptr;
-  g->tab_cap = 0;
-  size_t per = sizeof(int64_t) + sizeof(float) + sizeof(int32_t) + sizeof(float) + (size_t)g->C * sizeof(float);
-  SS_CUDA_TRY(ctx, cudaMallocHost(&g->h_tab, (size_t)cap * per));
-  g->tab_cap = cap;
-  return SS_OK;
-}
-
-extern "C" ss_status ss_live_cuda_detect(ss_ctx *ctx, ss_live_cuda *g, ss_live_slot slot, const ss_detect_block *blk,
-                                         ss_spike_list *out) {
-  if (blk->n_rows != g->rows)
-    return ss_fail(ctx, SS_ERR_INTERNAL, "live: device buffer holds %lld rows, detection asked for %lld",
-                   (long long)g->rows, (long long)blk->n_rows);
-  if (out->keep_waveforms) return ss_fail(ctx, SS_ERR_INTERNAL, "live: device detection keeps no host waveforms");
-  ss_detect_block b = *blk;
-  b.x = g->d_buf + (size_t)g->head * g->C;
-  ss_spike_dev d;
-  SS_TRY(ss_detect_cuda_run(ctx, g->det[slot], &b, g->s, &d));
-  if (slot == SS_LIVE_SLOT_SPIKES) g->last = d;
-  out->n_truncated += d.n_truncated;
-  if (d.n == 0) return SS_OK;
-  SS_TRY(tables_reserve(ctx, g, d.n));
-  const size_t n = (size_t)d.n, C = (size_t)g->C;
-  ss_spike_list h = *out; /* the shape; its arrays point into the pinned tables */
-  h.n = d.n;
-  h.n_truncated = 0;
-  h.time_samples = (int64_t *)g->h_tab;
-  h.time_fraction = (float *)(h.time_samples + n);
-  h.peak_channel = (int32_t *)(h.time_fraction + n);
-  h.amplitude = (float *)(h.peak_channel + n);
-  h.masks = h.amplitude + n;
-  h.waveforms = nullptr;
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(h.time_samples, d.time_samples, n * sizeof(int64_t), cudaMemcpyDeviceToHost, g->s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(h.time_fraction, d.time_fraction, n * sizeof(float), cudaMemcpyDeviceToHost, g->s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(h.peak_channel, d.peak_channel, n * sizeof(int32_t), cudaMemcpyDeviceToHost, g->s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(h.amplitude, d.amplitude, n * sizeof(float), cudaMemcpyDeviceToHost, g->s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(h.masks, d.masks, n * C * sizeof(float), cudaMemcpyDeviceToHost, g->s));
-  SS_CUDA_TRY(ctx, cudaStreamSynchronize(g->s));
-  return ss_spike_list_append(ctx, out, &h);
-}
-
-/* --- labels ------------------------------------------------------------------------------------- */
-
-static ss_status select_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n, int64_t k) {
-  const int64_t per = (int64_t)g->C * g->m->n_wave;
-  if (n > g->sel_cap) {
-    int64_t cap = grown(g->sel_cap, n, MIN_SPIKES);
-    free_selection(g);
-    g->h_sel = nullptr;
-    g->h_labels = nullptr;
-    g->sel_cap = g->idx_cap = 0;
-    g->d_sel = nullptr;
+/* Labelling arrays and packed tables for n spikes (k neighbours each with KNN). */
+static ss_status labels_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n, int64_t k) {
+  if (n > g->lab_cap) {
+    int64_t cap = grown(g->lab_cap, n, MIN_SPIKES);
+    cudaStreamSynchronize(g->s); /* queued work may still use the old arrays */
+    free_labels(g);
+    g->h_pack = g->d_pack = nullptr;
     g->d_labels = g->d_idx = nullptr;
     g->d_cert = nullptr;
-    g->d_wsel = g->d_msel = g->d_feat = nullptr;
-    SS_CUDA_TRY(ctx, cudaMallocHost((void **)&g->h_sel, (size_t)cap * sizeof(int64_t)));
-    SS_CUDA_TRY(ctx, cudaMallocHost((void **)&g->h_labels, (size_t)cap * sizeof(int32_t)));
-    SS_TRY(SS_CUDA_ALLOC(ctx, g->d_sel, cap, "live selection"));
+    g->d_feat = nullptr;
+    g->lab_cap = g->idx_cap = 0;
+    SS_CUDA_TRY(ctx, cudaMallocHost((void **)&g->h_pack, (size_t)cap * PACK_BYTES));
+    SS_TRY(SS_CUDA_ALLOC(ctx, g->d_pack, (size_t)cap * PACK_BYTES, "live spike tables"));
     SS_TRY(SS_CUDA_ALLOC(ctx, g->d_labels, cap, "live labels"));
-    SS_TRY(SS_CUDA_ALLOC(ctx, g->d_wsel, cap * per, "live waveforms"));
-    SS_TRY(SS_CUDA_ALLOC(ctx, g->d_msel, cap * g->C, "live masks"));
     SS_TRY(SS_CUDA_ALLOC(ctx, g->d_feat, cap * g->F, "live features"));
     SS_TRY(SS_CUDA_ALLOC(ctx, g->d_cert, cap, "live KNN flags"));
-    g->sel_cap = cap;
+    g->lab_cap = cap;
   }
   if (n * k > g->idx_cap) {
+    cudaStreamSynchronize(g->s);
     cudaFree(g->d_idx);
     g->d_idx = nullptr;
     g->idx_cap = 0;
-    SS_TRY(SS_CUDA_ALLOC(ctx, g->d_idx, g->sel_cap * k, "live neighbours"));
-    g->idx_cap = g->sel_cap * k;
+    SS_TRY(SS_CUDA_ALLOC(ctx, g->d_idx, g->lab_cap * k, "live neighbours"));
+    g->idx_cap = g->lab_cap * k;
   }
   return SS_OK;
 }
 
-extern "C" ss_status ss_live_cuda_label(ss_ctx *ctx, ss_live_cuda *g, const int64_t *sel, int64_t n,
-                                        const ss_knn_opts *ko, int32_t *labels) {
-  if (n <= 0) return SS_OK;
+/* Labels of the n spikes of a detection (queued): PCA features of their waveforms, then nearest
+ * centroid (live.c's arithmetic) or the KNN vote (ss_knn_vote's rule). */
+static ss_status queue_labels(ss_ctx *ctx, ss_live_cuda *g, const ss_spike_dev *d, const ss_knn_opts *ko) {
   const ss_live_model *m = g->m;
-  const int64_t per = (int64_t)g->C * m->n_wave, k = ko ? ko->k : 1;
-  SS_TRY(select_reserve(ctx, g, n, k));
-  memcpy(g->h_sel, sel, (size_t)n * sizeof(int64_t));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_sel, g->h_sel, (size_t)n * sizeof(int64_t), cudaMemcpyHostToDevice, g->s));
-  k_gather<<<blocks_for(n * per), THREADS, 0, g->s>>>(g->last.waveforms, g->last.masks, g->d_sel, n, per, g->C,
-                                                      g->d_wsel, g->d_msel);
-  SS_CUDA_TRY_LAUNCH(ctx, "live gather");
-  SS_TRY(ss_pca_project_cuda(ctx, g->be, g->C, m->n_wave, m->n_pcs, g->d_basis, g->d_wsel, n, g->d_feat, g->s));
+  const int64_t n = d->n, k = ko ? ko->k : 1;
+  SS_TRY(ss_pca_project_cuda(ctx, g->be, g->C, m->n_wave, m->n_pcs, g->d_basis, d->waveforms, n, g->d_feat, g->s));
   if (ko) {
     SS_TRY(ss_knn_cuda_search_device(ctx, g->knn, ko, g->d_feat, n, g->d_idx, nullptr, g->d_cert, nullptr));
     k_vote<<<blocks_for(n), THREADS, 0, g->s>>>(g->d_idx, n, k, g->d_ref_labels, g->d_labels);
   } else {
-    k_nearest<<<blocks_for(n), THREADS, 0, g->s>>>(g->d_feat, g->d_msel, n, g->d_centroid, g->d_mean_mask,
+    k_nearest<<<blocks_for(n), THREADS, 0, g->s>>>(g->d_feat, d->masks, n, g->d_centroid, g->d_mean_mask,
                                                    g->d_unit_id, m->k, g->C, m->n_pcs, g->masked, g->d_labels);
   }
   SS_CUDA_TRY_LAUNCH(ctx, "live assignment");
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->h_labels, g->d_labels, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, g->s));
-  SS_CUDA_TRY(ctx, cudaStreamSynchronize(g->s));
-  memcpy(labels, g->h_labels, (size_t)n * sizeof(int32_t));
+  return SS_OK;
+}
+
+/* The host view of n packed rows (k_pack's layout). */
+static void unpack(const ss_live_cuda *g, int64_t n, ss_live_found *out) {
+  const int64_t *t = (const int64_t *)g->h_pack;
+  const float *f = (const float *)(t + 2 * n);
+  out->time_samples = t;
+  out->last_row = t + n;
+  out->time_fraction = f;
+  out->peak_channel = (const int32_t *)(f + n);
+  out->amplitude = f + 2 * n;
+  out->label = (const int32_t *)(f + 3 * n);
+}
+
+extern "C" ss_status ss_live_cuda_detect(ss_ctx *ctx, ss_live_cuda *g, const ss_detect_block *blk, int64_t open_row,
+                                         const ss_knn_opts *ko, ss_live_found *out) {
+  memset(out, 0, sizeof(*out));
+  if (blk->n_rows != g->rows)
+    return ss_fail(ctx, SS_ERR_INTERNAL, "live: device buffer holds %lld rows, detection asked for %lld",
+                   (long long)g->rows, (long long)blk->n_rows);
+  ss_detect_block b = *blk;
+  b.x = g->d_buf + (size_t)g->head * g->C;
+  SS_TRY(ss_detect_cuda_find(ctx, g->det, &b, open_row, g->s));
+  SS_TRY(wait_device(ctx, g)); /* the spike count and the first open row */
+  ss_spike_dev d;
+  const int64_t *d_last = nullptr;
+  SS_TRY(ss_detect_cuda_finish(ctx, g->det, &b, g->s, &d, &out->first_open, &d_last));
+  out->n = d.n;
+  if (d.n == 0) return SS_OK;
+  SS_TRY(labels_reserve(ctx, g, d.n, ko ? ko->k : 1));
+  SS_TRY(queue_labels(ctx, g, &d, ko));
+  k_pack<<<blocks_for(d.n), THREADS, 0, g->s>>>(d.n, d.time_samples, d_last, d.time_fraction, d.peak_channel,
+                                                d.amplitude, g->d_labels, g->d_pack);
+  SS_CUDA_TRY_LAUNCH(ctx, "live pack");
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->h_pack, g->d_pack, (size_t)d.n * PACK_BYTES, cudaMemcpyDeviceToHost, g->s));
+  SS_TRY(wait_device(ctx, g));
+  unpack(g, d.n, out);
   return SS_OK;
 }

@@ -136,6 +136,23 @@ ss_status ss_detect_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_detect
  * needed. The last kernels (statistics, waveforms) are still in flight on `stream` when it returns. */
 ss_status ss_detect_cuda_run(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, ss_stream stream,
                              ss_spike_dev *out);
+/* ss_detect_cuda_run split at its synchronisation, which the caller does (the live engine spins on an
+ * event), for a streaming caller that decides finality from this one detection:
+ *  - ss_detect_cuda_find queues the search and the copy of the counts to pinned host memory, plus the
+ *    first row of the first owned component — any, with or without a strong node — whose last node
+ *    lies at or after block row open_row;
+ *  - after the caller has synchronised `stream`, ss_detect_cuda_finish reads them and queues the
+ *    spikes' statistics and waveforms: out as ss_detect_cuda_run gives it (same spikes, same order);
+ *    *first_open that row (blk->own_end when no owned component reaches open_row); *last_rows
+ *    (device, [out->n], valid as out's arrays) the block row of each spike's last node.
+ * blk must be the same for both calls. */
+ss_status ss_detect_cuda_find(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, int64_t open_row,
+                              ss_stream stream);
+/* Grow the handle's buffers now for searches of up to `rows` rows and `spikes` spikes, so that runs up
+ * to that size allocate nothing (an allocation synchronises the device: a latency spike mid-stream). */
+ss_status ss_detect_cuda_reserve(ss_ctx *ctx, ss_detect_cuda *d, int64_t rows, int64_t spikes, ss_stream stream);
+ss_status ss_detect_cuda_finish(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, ss_stream stream,
+                                ss_spike_dev *out, int64_t *first_open, const int64_t **last_rows);
 void ss_detect_cuda_close(ss_detect_cuda *d);
 /* Host block in, host table out (what ss_detect_block_run does with a CUDA backend): uploads the
  * block, runs a temporary handle on the backend's stream and appends the spikes to out. */

@@ -1,11 +1,17 @@
 /* live.c — the live engine (live.h): scale, causal filter, rolling buffer, exactly-once detection of
  * final components, features, assignment (nearest centroid or KNN vote), emission, and the counters
- * (samples, blocks, spikes, overruns, latency histogram). With a CUDA backend the logic stays here and
- * four stages switch to src/live_cuda.h: append (the buffer lives on the device), detect, and the
- * features + assignment of the selected spikes (their waveforms stay on the device). */
+ * (samples, blocks, spikes, overruns, latency histogram). With a CUDA backend the bookkeeping stays
+ * here and two stages switch to src/live_cuda.h: append (the buffer lives on the device) and the
+ * push's detection, which there is ONE run answering completeness (each spike's last node row), the
+ * end of the final rows and the labels, instead of the CPU's several detections (round trips are
+ * what costs on the device; detections over a few hundred rows are what is cheap on the CPU). */
 #include "src/live.h"
 
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +68,13 @@ struct ss_live_engine {
   ss_detect_work work;
   ss_spike_list full, cut, probe; /* every-component detections (moving own_from) */
   ss_spike_list spikes, rcut;     /* spike detections over all rows / the rows before R − join_size */
-  int64_t *sel;            /* the spikes of `spikes` to report */
+  ss_spike_list view;             /* CUDA: the last detection's tables (pinned host memory, no masks) */
+  const ss_spike_list *found;     /* the spikes of the last report: &spikes, or &view */
+  uint8_t *complete;              /* per found spike: no later node can join its component */
+  int64_t complete_cap;
+  const int32_t *found_label;     /* CUDA: every found spike's unit */
+  int64_t final_x;                /* CUDA: the end of the final rows, from the last detection */
+  int64_t *sel;            /* the found spikes to report */
   float *wsel;             /* their waveforms */
   int64_t sel_cap, wsel_cap;
   float *features;
@@ -73,7 +85,7 @@ struct ss_live_engine {
   ss_knn_opts knn_opts;
   ss_live_stats stats;
   int fresh; /* no row of the current stream yet */
-  ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel and e->spikes' waveforms unused */
+  ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel, spikes, rcut and the every-component lists unused */
 };
 
 void ss_live_opts_defaults(ss_live_opts *o) {
@@ -154,7 +166,7 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
   }
 #if SS_HAVE_CUDA
   if (st == SS_OK && on_gpu)
-    st = ss_live_cuda_open(ctx, be, m, &e->cfg, &e->every, o->masked_distance, e->knn, &e->gpu);
+    st = ss_live_cuda_open(ctx, be, m, &e->cfg, o->masked_distance, e->knn, (ss_live_wait)o->gpu_wait, &e->gpu);
 #else
   if (st == SS_OK && on_gpu) st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "live: the CUDA path: built without CUDA");
 #endif
@@ -183,6 +195,7 @@ void ss_live_engine_close(ss_live_engine *e) {
   free(e->sel);
   free(e->wsel);
   free(e->done);
+  free(e->complete);
   ss_spike_list_free(&e->spikes);
   free(e->features);
   free(e->labels);
@@ -208,7 +221,7 @@ void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) {
   *out = e->stats;
 #if SS_HAVE_CUDA
   int64_t direct;
-  if (e->gpu) ss_live_cuda_graph_counts(e->gpu, &out->graph_pushes, &direct);
+  if (e->gpu) ss_live_cuda_counts(e->gpu, &out->graph_pushes, &direct, &out->device_waits);
 #endif
 }
 
@@ -279,15 +292,16 @@ static int64_t buffer_trim(ss_live_engine *e) {
 static int new_strong(ss_live_engine *e);
 
 /* Scale, filter causally and append n rows; *strong = 1 when one of them holds a sample above the
- * strong threshold on a used channel. */
+ * strong threshold on a used channel (on the device only when want_flag: else a detection follows
+ * anyway and the flag's round trip is skipped). */
 static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
-                               int *strong) {
+                               int want_flag, int *strong) {
   const int C = e->C;
   const ss_live_model *m = e->m;
   SS_TRY(grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
 #if SS_HAVE_CUDA
   if (e->gpu) {
-    SS_TRY(ss_live_cuda_append(ctx, e->gpu, buffer_trim(e), rows, n, strong));
+    SS_TRY(ss_live_cuda_append(ctx, e->gpu, buffer_trim(e), rows, n, want_flag, strong));
     e->buf_n += n;
     e->strong_scanned = e->buf0 + e->buf_n;
     e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
@@ -305,28 +319,28 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
   e->buf_n += n;
   e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
   *strong = new_strong(e);
+  (void)want_flag; /* the CPU's scan costs nothing worth skipping */
   return SS_OK;
 }
 
-/* Detection over the buffer's rows [0, search_end) reporting the components first-noded in
- * [own_from, own_end) (absolute samples), with the model's thresholds or, in SS_LIVE_SLOT_EVERY,
- * every component's. The slot also names the device handle (src/live_cuda.h). */
-static ss_status detect(ss_ctx *ctx, ss_live_engine *e, ss_live_slot slot, int64_t search_end, int64_t own_end,
+/* The buffer's rows as a detection block: rows [0, search_end) searched, the components first-noded
+ * in [own_from, own_end) (absolute samples) reported. */
+static ss_detect_block buffer_block(const ss_live_engine *e, int64_t search_end, int64_t own_end) {
+  return (ss_detect_block){.x = e->buf,
+                           .n_rows = e->buf_n,
+                           .row0_sample = e->buf0,
+                           .search_begin = 0,
+                           .search_end = search_end,
+                           .own_begin = e->own_from - e->buf0,
+                           .own_end = own_end - e->buf0};
+}
+
+/* CPU detection over the host buffer with the model's thresholds or every component's (th). */
+static ss_status detect(ss_ctx *ctx, ss_live_engine *e, const ss_thresholds *th, int64_t search_end, int64_t own_end,
                         ss_spike_list *out) {
-  const ss_thresholds *th = slot == SS_LIVE_SLOT_EVERY ? &e->every : &e->m->thresholds;
   ss_spike_list_clear(out);
-  ss_detect_block blk = {.x = e->buf,
-                         .n_rows = e->buf_n,
-                         .row0_sample = e->buf0,
-                         .search_begin = 0,
-                         .search_end = search_end,
-                         .own_begin = e->own_from - e->buf0,
-                         .own_end = own_end - e->buf0};
-#if SS_HAVE_CUDA
-  if (e->gpu) return ss_live_cuda_detect(ctx, e->gpu, slot, &blk, out);
-#else
-  (void)slot;
-#endif
+  ss_detect_block blk = buffer_block(e, search_end, own_end);
+  e->stats.detections++;
   return ss_detect_block_run(ctx, e->be, &e->cfg, &e->m->graph, th, &blk, &e->work, out);
 }
 
@@ -343,8 +357,8 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->Q;
   *x = e->own_from;
   if (cut_end <= e->own_from - e->buf0) return SS_OK; /* no row of the own region can be final yet */
-  SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, e->buf_n, R, &e->full));
-  SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, cut_end, R, &e->cut));
+  SS_TRY(detect(ctx, e, &e->every, e->buf_n, R, &e->full));
+  SS_TRY(detect(ctx, e, &e->every, cut_end, R, &e->cut));
   int64_t P = 0;
   while (P < e->full.n && P < e->cut.n && same_spike(&e->full, P, &e->cut, P)) P++;
   if (P == e->full.n) {
@@ -357,7 +371,7 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   int64_t hi = e->full.time_samples[P] + 1, lo = e->own_from, step = 1;
   if (hi > R) hi = R;
   while (hi - step > lo) {
-    SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, e->buf_n, hi - step, &e->probe));
+    SS_TRY(detect(ctx, e, &e->every, e->buf_n, hi - step, &e->probe));
     if (e->probe.n <= P) {
       lo = hi - step;
       break;
@@ -367,7 +381,7 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   }
   while (hi - lo > 1) {
     int64_t mid = lo + (hi - lo) / 2;
-    SS_TRY(detect(ctx, e, SS_LIVE_SLOT_EVERY, e->buf_n, mid, &e->probe));
+    SS_TRY(detect(ctx, e, &e->every, e->buf_n, mid, &e->probe));
     if (e->probe.n <= P) lo = mid;
     else hi = mid;
   }
@@ -468,7 +482,7 @@ static int later(const ss_spike_list *l, int64_t i, int64_t j) {
 static void order_by_time(ss_live_engine *e, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
     int64_t v = i, j = i;
-    while (j > 0 && later(&e->spikes, e->sel[e->order[j - 1]], e->sel[v])) {
+    while (j > 0 && later(e->found, e->sel[e->order[j - 1]], e->sel[v])) {
       e->order[j] = e->order[j - 1];
       j--;
     }
@@ -476,17 +490,15 @@ static void order_by_time(ss_live_engine *e, int64_t n) {
   }
 }
 
-/* Features, labels and emission of the n spikes of e->spikes listed in e->sel. */
+/* Features, labels and emission of the n found spikes listed in e->sel. */
 static ss_status emit_selected(ss_ctx *ctx, ss_live_engine *e, int64_t n, ss_live_emit_fn emit, void *user) {
   if (n == 0) return SS_OK;
   const int64_t per = (int64_t)e->C * e->m->n_wave;
   SS_TRY(grow(ctx, (void **)&e->labels, &e->labels_cap, n, SS_LIVE_MIN_ROWS, sizeof(int32_t), "live labels"));
   SS_TRY(grow(ctx, (void **)&e->order, &e->order_cap, n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live order"));
-#if SS_HAVE_CUDA
-  if (e->gpu)
-    SS_TRY(ss_live_cuda_label(ctx, e->gpu, e->sel, n, e->o.assign == SS_LIVE_KNN ? &e->knn_opts : NULL, e->labels));
-#endif
-  if (!e->gpu) {
+  if (e->gpu) {
+    for (int64_t k = 0; k < n; k++) e->labels[k] = e->found_label[e->sel[k]];
+  } else {
     SS_TRY(grow(ctx, (void **)&e->wsel, &e->wsel_cap, n * per, SS_LIVE_MIN_ROWS, sizeof(float), "live waveforms"));
     SS_TRY(grow(ctx, (void **)&e->features, &e->feat_cap, n * e->F, SS_LIVE_MIN_ROWS, sizeof(float), "live features"));
     for (int64_t k = 0; k < n; k++)
@@ -495,17 +507,18 @@ static ss_status emit_selected(ss_ctx *ctx, ss_live_engine *e, int64_t n, ss_liv
     SS_TRY(assign(ctx, e, n));
   }
   order_by_time(e, n);
+  const ss_spike_list *l = e->found;
   for (int64_t k = 0; k < n; k++) {
     int64_t j = e->order[k], i = e->sel[j];
-    ss_live_spike s = {.t = e->spikes.time_samples[i],
+    ss_live_spike s = {.t = l->time_samples[i],
                        .unit = e->labels[j],
-                       .channel = e->spikes.peak_channel[i],
-                       .amp = e->spikes.amplitude[i]};
+                       .channel = l->peak_channel[i],
+                       .amp = l->amplitude[i]};
     double us = (ss_now() - arrival_of(e, s.t + e->m->n_after - 1)) * 1e6;
     s.latency_us = (float)us;
     record_latency(&e->stats, us);
     e->stats.spikes++;
-    SS_TRY(mark_done(ctx, e, &e->spikes, i));
+    SS_TRY(mark_done(ctx, e, l, i));
     SS_TRY(emit(ctx, user, &s));
   }
   return SS_OK;
@@ -517,27 +530,70 @@ static int64_t last_row_needed(const ss_live_engine *e, const ss_spike_list *l, 
   return l->time_samples[i] + e->m->n_after + (l->time_fraction[i] < 0 ? 0 : 1);
 }
 
-/* Report every spike first-noded after own_from that is final and not reported yet. Final: its
- * component is complete — reported identically by the detection over all rows and by the one
- * stopping join_size rows before the end (no later node can join it; both lists are in first-node
- * order, complete components in the same relative order) — and the rows its waveform reads have
- * arrived. At the end of the stream (final_only = 0) every component is final. e->pending counts
- * the spikes left for later. */
-static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_live_emit_fn emit, void *user) {
+/* The spikes first-noded in [own_from, R) (e->found) and which of them are complete (e->complete):
+ * reported identically by the detection over all rows and by the one stopping join_size rows before
+ * the end (no later node can join them; both lists are in first-node order, complete components in
+ * the same relative order). At the end of the stream (final_only = 0) every component is complete. */
+static ss_status find_cpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
   const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->m->join_size;
-  SS_TRY(detect(ctx, e, SS_LIVE_SLOT_SPIKES, e->buf_n, R, &e->spikes));
+  SS_TRY(detect(ctx, e, &e->m->thresholds, e->buf_n, R, &e->spikes));
   ss_spike_list_clear(&e->rcut);
-  if (final_only && cut_end > e->own_from - e->buf0) SS_TRY(detect(ctx, e, SS_LIVE_SLOT_CUT, cut_end, R, &e->rcut));
-  SS_TRY(grow(ctx, (void **)&e->sel, &e->sel_cap, e->spikes.n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live selection"));
-  int64_t n = 0, j = 0;
-  e->pending = 0;
-  for (int64_t i = 0; i < e->spikes.n; i++) {
+  if (final_only && cut_end > e->own_from - e->buf0) SS_TRY(detect(ctx, e, &e->m->thresholds, cut_end, R, &e->rcut));
+  e->found = &e->spikes;
+  SS_TRY(grow(ctx, (void **)&e->complete, &e->complete_cap, e->spikes.n, SS_LIVE_MIN_ROWS, 1, "live completeness"));
+  for (int64_t i = 0, j = 0; i < e->spikes.n; i++) {
     int64_t k = j;
     while (final_only && k < e->rcut.n && !same_spike(&e->spikes, i, &e->rcut, k)) k++;
-    int complete = !final_only || k < e->rcut.n;
-    if (complete && final_only) j = k + 1;
-    if (is_done(e, &e->spikes, i)) continue;
-    if (complete && (!final_only || last_row_needed(e, &e->spikes, i) < R)) e->sel[n++] = i;
+    e->complete[i] = !final_only || k < e->rcut.n;
+    if (e->complete[i] && final_only) j = k + 1;
+  }
+  return SS_OK;
+}
+
+#if SS_HAVE_CUDA
+/* The same from the device's one detection: a spike is complete when its last node lies before
+ * R − join_size — what the CPU's two detections establish, since a component with every node
+ * before the cut is the same in both (its nodes and their links are all there). The detection also
+ * gives the end of the final rows (e->final_x, see final_end) and every spike's label. */
+static ss_status find_gpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
+  const int64_t R = e->buf0 + e->buf_n;
+  ss_detect_block blk = buffer_block(e, e->buf_n, R);
+  ss_live_found f;
+  e->stats.detections++;
+  SS_TRY(ss_live_cuda_detect(ctx, e->gpu, &blk, e->buf_n - e->Q, e->o.assign == SS_LIVE_KNN ? &e->knn_opts : NULL,
+                             &f));
+  e->view = (ss_spike_list){.n = f.n,
+                            .n_channels = e->C,
+                            .n_wave = e->m->n_wave,
+                            .time_samples = (int64_t *)f.time_samples,
+                            .time_fraction = (float *)f.time_fraction,
+                            .peak_channel = (int32_t *)f.peak_channel,
+                            .amplitude = (float *)f.amplitude};
+  e->found = &e->view;
+  e->found_label = f.label;
+  e->final_x = e->buf0 + f.first_open;
+  SS_TRY(grow(ctx, (void **)&e->complete, &e->complete_cap, f.n, SS_LIVE_MIN_ROWS, 1, "live completeness"));
+  for (int64_t i = 0; i < f.n; i++) e->complete[i] = !final_only || f.last_row[i] < e->buf_n - e->m->join_size;
+  return SS_OK;
+}
+#endif
+
+/* Report every spike first-noded after own_from that is final and not reported yet: its component
+ * is complete and the rows its waveform reads have arrived. At the end of the stream (final_only = 0)
+ * every component is final. e->pending counts the spikes left for later. */
+static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_live_emit_fn emit, void *user) {
+  const int64_t R = e->buf0 + e->buf_n;
+#if SS_HAVE_CUDA
+  if (e->gpu) SS_TRY(find_gpu(ctx, e, final_only));
+#endif
+  if (!e->gpu) SS_TRY(find_cpu(ctx, e, final_only));
+  const ss_spike_list *l = e->found;
+  SS_TRY(grow(ctx, (void **)&e->sel, &e->sel_cap, l->n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live selection"));
+  int64_t n = 0;
+  e->pending = 0;
+  for (int64_t i = 0; i < l->n; i++) {
+    if (is_done(e, l, i)) continue;
+    if (e->complete[i] && (!final_only || last_row_needed(e, l, i) < R)) e->sel[n++] = i;
     else e->pending++;
   }
   return emit_selected(ctx, e, n, emit, user);
@@ -545,28 +601,40 @@ static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_l
 
 /* --- push / flush ------------------------------------------------------------------------------- */
 
+/* A push's work once it is accounted: append, and report what became final. */
+static ss_status push_rows(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
+                           ss_live_emit_fn emit, void *user) {
+  /* Only a component with a strong node is a spike: nothing new can be reported unless a strong
+   * sample arrived or a spike seen before is still pending. own_from then waits (the buffer grows)
+   * until the pending rows reach max_pending. */
+  int fresh_strong = 0;
+  const int must = e->pending > 0 || e->buf0 + e->buf_n + n - e->own_from >= e->max_pending;
+  SS_TRY(buffer_append(ctx, e, rows, n, t_arrival, !must, &fresh_strong));
+  if (!must && !fresh_strong) return SS_OK;
+  SS_TRY(emit_final(ctx, e, 1, emit, user));
+  int64_t x = e->final_x;
+  if (!e->gpu) SS_TRY(final_end(ctx, e, &x));
+  e->own_from = x;
+  prune_done(e);
+  return SS_OK;
+}
+
 ss_status ss_live_push(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
                        ss_live_emit_fn emit, void *user) {
   if (n <= 0) return SS_OK;
   e->stats.streams += e->fresh;
   e->fresh = 0;
-  double behind = ss_now() - t_arrival, block = e->o.block_s > 0 ? e->o.block_s : (double)n / e->m->rate_hz;
+  const double t_start = ss_now();
+  double behind = t_start - t_arrival, block = e->o.block_s > 0 ? e->o.block_s : (double)n / e->m->rate_hz;
   e->stats.overruns += behind > block;
   if (behind > e->stats.max_behind_s) e->stats.max_behind_s = behind;
   e->stats.samples += n;
   e->stats.blocks++;
-  /* Only a component with a strong node is a spike: nothing new can be reported unless a strong
-   * sample arrived or a spike seen before is still pending. own_from then waits (the buffer grows)
-   * until the pending rows reach max_pending. */
-  int fresh_strong = 0;
-  SS_TRY(buffer_append(ctx, e, rows, n, t_arrival, &fresh_strong));
-  if (!fresh_strong && e->pending == 0 && e->buf0 + e->buf_n - e->own_from < e->max_pending) return SS_OK;
-  SS_TRY(emit_final(ctx, e, 1, emit, user));
-  int64_t x;
-  SS_TRY(final_end(ctx, e, &x));
-  e->own_from = x;
-  prune_done(e);
-  return SS_OK;
+  ss_status st = push_rows(ctx, e, rows, n, t_arrival, emit, user);
+  const double took = ss_now() - t_start;
+  e->stats.slow_pushes += took > block;
+  if (took > e->stats.max_push_s) e->stats.max_push_s = took;
+  return st;
 }
 
 ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, void *user) {
@@ -574,5 +642,19 @@ ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, vo
   e->own_from = e->buf0 + e->buf_n;
   e->n_done = 0;
   e->pending = 0;
+  return SS_OK;
+}
+
+/* --- real-time scheduling ----------------------------------------------------------------------- */
+
+ss_status ss_live_realtime(ss_ctx *ctx, int priority, int *applied, char *why, size_t why_len) {
+  int lo = sched_get_priority_min(SCHED_FIFO), hi = sched_get_priority_max(SCHED_FIFO);
+  if (priority < 0 || (priority > 0 && (priority < lo || priority > hi)))
+    return ss_fail(ctx, SS_ERR_USAGE, "real-time priority %d: expected 0 or %d..%d", priority, lo, hi);
+  struct sched_param sp = {.sched_priority = priority > 0 ? priority : lo};
+  int rc = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+  *applied = rc == 0;
+  if (why_len) why[0] = 0;
+  if (rc != 0) snprintf(why, why_len, "SCHED_FIFO priority %d not permitted: %s", sp.sched_priority, strerror(rc));
   return SS_OK;
 }

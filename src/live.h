@@ -19,7 +19,9 @@
  *    without a strong node yet counts too), the components first-noded before X are final when
  *    none has a node in the last Q = max(join_size, n_after + 2) rows (both detections report them
  *    identically; they form a prefix of the first-node order); X is the first row of the first one
- *    that is not (a galloping search and bisection over the own region's end).
+ *    that is not (a galloping search and bisection over the own region's end). On the GPU one detection
+ *    answers both questions: each spike's last node row (complete: before R − join_size) and that
+ *    first row directly (src/live_cuda.h), with the same results.
  *  - Work is skipped while no sample above the strong threshold arrived and no spike is pending.
  * Nothing is lost: a component still growing only holds own_from back. The buffer keeps a lead-in of
  * SS_LIVE_LEAD_MS plus the waveform window before own_from (a longer component starting before it
@@ -53,11 +55,18 @@ extern "C" {
 
 typedef enum { SS_LIVE_CENTROID = 0, SS_LIVE_KNN } ss_live_assign_kind;
 
+/* CUDA: how the host waits for the device. Spinning on an event (the default) keeps the sleep and
+ * wake-up of a blocking wait off the critical path, at the price of one CPU core busy while the
+ * device works (tens of µs per wait); SYNC is cudaStreamSynchronize (the process's device flags
+ * decide: the runtime's default spins or yields depending on the number of contexts and cores). */
+typedef enum { SS_LIVE_WAIT_SPIN = 0, SS_LIVE_WAIT_SYNC } ss_live_wait;
+
 typedef struct {
   int assign;          /* ss_live_assign_kind */
   int64_t k;           /* neighbours for SS_LIVE_KNN */
   int masked_distance; /* centroid: distance only over channels with mask > 0 on either side */
   double block_s;      /* overrun threshold: > 0 a fixed block duration, else each push's n / rate */
+  int gpu_wait;        /* ss_live_wait (CUDA backend only) */
 } ss_live_opts;
 
 void ss_live_opts_defaults(ss_live_opts *o);
@@ -85,6 +94,10 @@ typedef struct {
   double latency_max_us;
   double latency_sum_us;
   int64_t graph_pushes; /* CUDA: pushes whose upload + scale + filter ran as a captured graph */
+  int64_t detections;   /* detection runs over the buffer (CPU: several per push that looks at spikes) */
+  int64_t device_waits; /* CUDA: host waits for the device (round trips) */
+  int64_t slow_pushes;  /* pushes whose processing (emission included) took longer than one block duration */
+  double max_push_s;    /* the longest push processing */
 } ss_live_stats;
 
 typedef struct ss_live_engine ss_live_engine;
@@ -101,6 +114,12 @@ ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, vo
 void ss_live_reset(ss_live_engine *e);
 void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out);
 void ss_live_engine_close(ss_live_engine *e);
+
+/* Opt-in real-time scheduling of the calling thread (the one that pushes), for closed-loop use: SCHED_FIFO
+ * at `priority` (0 = the lowest real-time priority), so that ordinary threads cannot preempt a push. Pages
+ * are not locked (mlockall would also lock the CUDA runtime's large host mappings). Without the privilege
+ * nothing changes: *applied = 0 and `why` says why (the caller warns); SS_OK either way. */
+ss_status ss_live_realtime(ss_ctx *ctx, int priority, int *applied, char *why, size_t why_len);
 
 /* Latency percentile (0..100) from the histogram, in µs (the upper edge of the bin; max for 100). */
 double ss_live_stats_percentile_us(const ss_live_stats *s, double pct);
