@@ -36,18 +36,35 @@ static ss_status write_attrs(ss_ctx *ctx, hid_t f, const ss_model_file *m, const
   return ss_h5_attr_str(ctx, f, "input_crc32", crc, path);
 }
 
+/* A filter group (/filter, /live/filter): second-order sections and the band they realise. */
+typedef struct {
+  int64_t n_sections;
+  const double *sos; /* [n_sections × 6] */
+  int order;
+  double low_hz, high_hz;
+  const char *mode; /* "zero_phase" or "causal" */
+} filter_group;
+
+static ss_status write_filter_group(ss_ctx *ctx, hid_t parent, const filter_group *fg, double rate_hz,
+                                    const char *path) {
+  hid_t g;
+  SS_TRY(ss_results_group(ctx, parent, "filter", path, &g));
+  ss_status st = nd(ctx, g, "sos", H5T_NATIVE_DOUBLE, 2, fg->n_sections, 6, 0, fg->sos, path);
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "order", fg->order, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "low_hz", fg->low_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "high_hz", fg->high_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "rate_hz", rate_hz, path);
+  if (st == SS_OK) st = ss_h5_attr_str(ctx, g, "mode", fg->mode, path);
+  H5Gclose(g);
+  return st;
+}
+
 static ss_status write_front(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
   const int64_t C = m->n_channels;
+  const filter_group fg = {m->n_sections, m->sos, m->filter_order, m->low_hz, m->high_hz, "zero_phase"};
+  SS_TRY(write_filter_group(ctx, f, &fg, m->sample_rate, path));
   hid_t g;
-  SS_TRY(ss_results_group(ctx, f, "filter", path, &g));
-  ss_status st = nd(ctx, g, "sos", H5T_NATIVE_DOUBLE, 2, m->n_sections, 6, 0, m->sos, path);
-  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "order", m->filter_order, path);
-  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "low_hz", m->low_hz, path);
-  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "high_hz", m->high_hz, path);
-  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "rate_hz", m->sample_rate, path);
-  if (st == SS_OK) st = ss_h5_attr_str(ctx, g, "mode", "zero_phase", path);
-  H5Gclose(g);
-  SS_TRY(st);
+  ss_status st;
   SS_TRY(ss_results_group(ctx, f, "threshold", path, &g));
   st = nd(ctx, g, "sigma", H5T_NATIVE_FLOAT, 1, C, 0, 0, m->sigma, path);
   if (st == SS_OK) st = nd(ctx, g, "weak", H5T_NATIVE_FLOAT, 1, C, 0, 0, m->weak, path);
@@ -109,16 +126,9 @@ static ss_status write_scale(ss_ctx *ctx, hid_t f, const ss_model_file *m, const
 /* /live/filter: the sections live mode runs causally (the twin's own design, docs/live.md). */
 static ss_status write_live_filter(ss_ctx *ctx, hid_t live, const ss_model_file *m, const char *path) {
   const ss_model_live *l = m->live;
-  hid_t g;
-  SS_TRY(ss_results_group(ctx, live, "filter", path, &g));
-  ss_status st = nd(ctx, g, "sos", H5T_NATIVE_DOUBLE, 2, l->filter_sections, 6, 0, l->filter_sos, path);
-  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "order", l->filter_order, path);
-  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "low_hz", l->filter_low_hz, path);
-  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "high_hz", l->filter_high_hz, path);
-  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "rate_hz", m->sample_rate, path);
-  if (st == SS_OK) st = ss_h5_attr_str(ctx, g, "mode", "causal", path);
-  H5Gclose(g);
-  return st;
+  const filter_group fg = {l->filter_sections, l->filter_sos, l->filter_order, l->filter_low_hz, l->filter_high_hz,
+                           "causal"};
+  return write_filter_group(ctx, live, &fg, m->sample_rate, path);
 }
 
 static ss_status write_live(ss_ctx *ctx, hid_t f, const ss_model_file *m, const char *path) {
