@@ -21,16 +21,27 @@
  *
  * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]
  *                   [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]
- *                   [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]
+ *                   [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY] [--reader block|spin]
+ *                   [--sender sleep|spin] [--pin CPU]
  * --cases lists the cases (channels : block ms : cpu|cuda : paced seconds : speed) instead of the
  * product of --channels × --device × --blocks; consecutive cases with one channel count share a
  * workload. --gpu-wait: how the CUDA engine waits for the device (ss_live_wait; default spin).
  * --realtime P: the pushing (main) thread runs SCHED_FIFO at P (0 = lowest), ss_live_realtime; each case
- * records whether it was granted. */
+ * records whether it was granted. --reader spin: the pushing thread polls the socket without sleeping
+ * between blocks (default block: it sleeps in read()); --sender spin: the sender spins until each
+ * block is due (default sleep: clock_nanosleep-like). --pin CPU: the pushing thread is pinned to CPU
+ * for the paced loop (ss_live_pin). Paced runs trace every push (ss_live_opts.trace): each case records
+ * the per-phase mean and max, the N_SLOWEST slowest pushes split by phase, and the worst overruns split
+ * into engine busy / read wait. */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +71,8 @@
 #define READ_BLOCKS 4 /* a read delivers at most this many blocks (when the engine lags) */
 #define MAX_CASES 64
 #define MAX_DEVICES 2
+#define N_SLOWEST 10 /* pushes (and overruns) whose breakdown each case records */
+#define MAX_STEAL_CPUS 256
 
 typedef struct {
   int channels;
@@ -87,6 +100,10 @@ typedef struct {
   int realtime;           /* --realtime PRIORITY given: SCHED_FIFO for the pushing thread */
   int realtime_priority;
   char realtime_note[160]; /* what the cases record: "SCHED_FIFO", "off" or why it was refused */
+  int spin_reader;         /* --reader spin: poll the socket without sleeping between blocks */
+  int spin_sender;         /* --sender spin: the sender spins until a block is due instead of sleeping */
+  int pin_cpu;             /* --pin CPU: the pushing thread pinned there (-1: not pinned) */
+  char pin_note[160];
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -182,14 +199,25 @@ typedef struct {
   int64_t block_rows;
   int64_t total_rows; /* rows sent: the recording looped when longer */
   double speed;       /* schedule: × real time */
+  int spin;           /* --sender spin */
   int16_t *tmp;       /* a block that wraps around the recording's end */
-  double *t_send;   /* per block */
+  double *t_send;   /* per block: just before its write */
+  double *t_written; /* per block: when its write returned */
+  atomic_llong rows_written; /* rows whose write returned */
+  atomic_int done;
   double t0;
   ss_status st;
   char msg[512];
 } sender;
 
-static void sleep_until(double t) {
+/* Until t: sleep, or spin (--sender spin: no wake-up of a sleeping thread, as a device streaming
+ * samples would not have one). */
+static void sleep_until(double t, int spin) {
+  if (spin) {
+    while (ss_now() < t) {
+    }
+    return;
+  }
   double d = t - ss_now();
   if (d <= 0) return;
   struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
@@ -211,10 +239,13 @@ static void *sender_main(void *arg) {
       for (int64_t k = 0; k < n; k++) memcpy(s->tmp + k * C, s->w->raw + ((r + k) % R) * C, (size_t)C * sizeof(int16_t));
       p = s->tmp;
     }
-    sleep_until(s->t0 + (double)(r + n) / (RATE * s->speed)); /* a block leaves once its last sample exists */
+    sleep_until(s->t0 + (double)(r + n) / (RATE * s->speed), s->spin); /* a block leaves once its last sample exists */
     s->t_send[b] = ss_now();
     s->st = ss_link_write(&ctx, l, p, (size_t)(n * C) * sizeof(int16_t));
+    s->t_written[b] = ss_now();
+    atomic_store(&s->rows_written, r + n);
   }
+  atomic_store(&s->done, 1);
   if (s->st != SS_OK) snprintf(s->msg, sizeof(s->msg), "%s", ss_error_message(&ctx));
   ss_link_close(l);
   return NULL;
@@ -251,10 +282,127 @@ static ss_status count_spike(ss_ctx *ctx, void *user, const ss_live_spike *s) {
   return SS_OK;
 }
 
+/* An overrun, split: the engine still busy with earlier pushes after the block arrived, the read
+ * returning late after the data was there and the engine free (wake-up, preemption), the gap from the
+ * read to the push. */
+typedef struct {
+  int64_t push;
+  double behind_s, engine_busy_s, read_wait_s, gap_s, prev_push_s;
+  double write_s; /* the sender's write of the push's first block (a stalled sender looks like a late read) */
+} overrun_note;
+
+/* Paced runs: the per-push breakdown (ss_live_opts.trace) summarised. */
+typedef struct {
+  ss_live_push_trace slowest[N_SLOWEST];
+  int n_slowest;
+  overrun_note worst[N_SLOWEST];
+  int n_worst;
+  double phase_sum[SS_LIVE_PHASES], phase_max[SS_LIVE_PHASES];
+  int64_t pushes, detecting, with_setup, preempted, blocked, overruns_busy, overruns_reader, overruns_sender;
+  double offcpu_sum_s, offcpu_max_s, read_wait_max_s;
+  double steal_s, steal_max_cpu_s; /* /proc/stat steal time over the paced loop: all CPUs, the largest one */
+} push_log;
+
 typedef struct {
   ss_live_stats stats;
   double busy_s, wall_s, e2e_p50_us, e2e_p99_us, e2e_max_us;
+  push_log log;
+  double prev_push_s; /* paced loop: the previous push's processing time */
 } run_result;
+
+static void log_push(push_log *g, const ss_live_push_trace *t) {
+  g->pushes++;
+  g->detecting += t->detected;
+  g->with_setup += t->setups > 0;
+  g->preempted += t->involuntary_switches > 0;
+  g->blocked += t->voluntary_switches > 0;
+  for (int p = 0; p < SS_LIVE_PHASES; p++) {
+    g->phase_sum[p] += t->phase_s[p];
+    if (t->phase_s[p] > g->phase_max[p]) g->phase_max[p] = t->phase_s[p];
+  }
+  double off = t->total_s - t->cpu_s;
+  g->offcpu_sum_s += off > 0 ? off : 0;
+  if (off > g->offcpu_max_s) g->offcpu_max_s = off;
+  if (g->n_slowest == N_SLOWEST && t->total_s <= g->slowest[N_SLOWEST - 1].total_s) return;
+  int i = g->n_slowest < N_SLOWEST ? g->n_slowest++ : N_SLOWEST - 1;
+  for (; i > 0 && g->slowest[i - 1].total_s < t->total_s; i--) g->slowest[i] = g->slowest[i - 1];
+  g->slowest[i] = *t;
+}
+
+/* Counted once, by the largest of: engine busy, read wait (with a sender whose write took longer than
+ * a block: the sender's stall). */
+static void log_overrun(push_log *g, const overrun_note *o, double block_s) {
+  if (o->engine_busy_s >= o->read_wait_s) g->overruns_busy++;
+  else if (o->write_s > block_s) g->overruns_sender++;
+  else g->overruns_reader++;
+  if (g->n_worst == N_SLOWEST && o->behind_s <= g->worst[N_SLOWEST - 1].behind_s) return;
+  int i = g->n_worst < N_SLOWEST ? g->n_worst++ : N_SLOWEST - 1;
+  for (; i > 0 && g->worst[i - 1].behind_s < o->behind_s; i--) g->worst[i] = g->worst[i - 1];
+  g->worst[i] = *o;
+}
+
+/* Steal time (the hypervisor running something else on a virtual CPU, the guest's threads stopped
+ * without a context switch): /proc/stat, [0] all CPUs, [1 + i] CPU i, seconds; returns the CPU count
+ * read (0 when /proc/stat is unreadable). */
+static int read_steal(double *out) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return 0;
+  char line[512];
+  int n = 0;
+  const double tick = (double)sysconf(_SC_CLK_TCK);
+  while (fgets(line, sizeof(line), f) && n <= MAX_STEAL_CPUS) {
+    unsigned long long v[8];
+    if (strncmp(line, "cpu", 3) != 0) break;
+    const char *p = line + 3;
+    while (*p && *p != ' ') p++;
+    if (sscanf(p, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
+      break;
+    out[n++] = (double)v[7] / tick;
+  }
+  fclose(f);
+  return n;
+}
+
+static void steal_since(push_log *g, const double *before, int n) {
+  double now[MAX_STEAL_CPUS + 1];
+  int m = read_steal(now);
+  if (m < n) n = m;
+  if (n > 0) g->steal_s = now[0] - before[0];
+  for (int i = 1; i < n; i++)
+    if (now[i] - before[i] > g->steal_max_cpu_s) g->steal_max_cpu_s = now[i] - before[i];
+}
+
+/* --pin CPU: the pushing thread pinned to one CPU for the paced loop only (threads created before —
+ * the sender — keep the process's CPUs; the sort's threads are not confined); *saved receives the
+ * previous set, restored by unpin. A refusal is recorded and said once. */
+static ss_status pin_for_run(ss_ctx *ctx, bench_args *a, cpu_set_t *saved, int *pinned) {
+  *pinned = 0;
+  if (a->pin_cpu < 0) return SS_OK;
+  if (sched_getaffinity(0, sizeof(*saved), saved) != 0) CPU_ZERO(saved);
+  int applied = 0;
+  char why[128];
+  SS_TRY(ss_live_pin(ctx, a->pin_cpu, &applied, why, sizeof(why)));
+  *pinned = applied;
+  if (applied) snprintf(a->pin_note, sizeof(a->pin_note), "CPU %d", a->pin_cpu);
+  else if (strncmp(a->pin_note, "refused", 7) != 0) {
+    snprintf(a->pin_note, sizeof(a->pin_note), "refused: %s", why);
+    fprintf(stderr, "bench_live: --pin: %s; not pinned\n", why);
+  }
+  return SS_OK;
+}
+
+static void unpin(const cpu_set_t *saved, int pinned) {
+  if (pinned && CPU_COUNT(saved) > 0) sched_setaffinity(0, sizeof(*saved), saved);
+}
+
+/* --reader spin: wait for the next block by polling the socket without sleeping (a blocking read
+ * puts the thread to sleep, and its wake-up is on the critical path); rows already written (in the
+ * socket or in the frame reader's buffer) are read at once. */
+static void spin_for_data(sender *s, const ss_link *l, int64_t pushed) {
+  struct pollfd pfd = {.fd = ss_link_fd(l), .events = POLLIN};
+  while (atomic_load(&s->rows_written) <= pushed && !atomic_load(&s->done))
+    if (poll(&pfd, 1, 0) > 0) return;
+}
 
 /* Arrival of a read whose first row is row `first` of the replay: the send time of that row's block.
  * The read's own time would hide how long the data waited in the socket while the engine was busy
@@ -266,13 +414,14 @@ static double arrival(const sender *s, int64_t first, double t_read) {
   return t > 0 && t < t_read ? t : t_read;
 }
 
-static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w,
+static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, const workload *w,
                            const bench_case *bc, run_result *res) {
   const double block_ms = bc->block_ms, seconds = bc->seconds;
   ss_live_opts o;
   ss_live_opts_defaults(&o);
   o.block_s = block_ms / MS_PER_S; /* the overrun threshold stays one block at any speed */
   o.gpu_wait = a->gpu_wait;
+  o.trace = 1;
   ss_live_engine *e = NULL;
   SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
   char path[4200], listen_uri[4300], connect_uri[4300];
@@ -283,9 +432,11 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
                 .uri = listen_uri,
                 .block_rows = (int64_t)(block_ms * RATE / MS_PER_S + 0.5),
                 .total_rows = (int64_t)(seconds * RATE + 0.5),
-                .speed = bc->speed};
+                .speed = bc->speed,
+                .spin = a->spin_sender};
   int64_t n_blocks = (snd.total_rows + snd.block_rows - 1) / snd.block_rows;
   ss_status st = SS_CALLOC(ctx, snd.t_send, (size_t)n_blocks, "send times");
+  if (st == SS_OK) st = SS_CALLOC(ctx, snd.t_written, (size_t)n_blocks, "send times");
   if (st == SS_OK) st = SS_ALLOC(ctx, snd.tmp, (size_t)(snd.block_rows * w->C), "send block");
   pthread_t th;
   int started = st == SS_OK && pthread_create(&th, NULL, sender_main, &snd) == 0;
@@ -294,22 +445,47 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   if (started) st = ss_link_open(ctx, connect_uri, SS_LINK_READ, CONNECT_TIMEOUT_S, &l);
   if (st == SS_OK) st = ss_frame_reader_open(ctx, l, w->C, READ_BLOCKS * snd.block_rows, &r);
   counter cnt = {.snd = &snd, .n_after = w->model.n_after};
-  double t_start = ss_now(), busy = 0;
-  int64_t pushed = 0;
+  cpu_set_t saved;
+  int pinned = 0;
+  if (st == SS_OK) st = pin_for_run(ctx, a, &saved, &pinned);
+  double steal0[MAX_STEAL_CPUS + 1];
+  int n_steal = read_steal(steal0);
+  double t_start = ss_now(), busy = 0, prev_end = 0;
+  int64_t pushed = 0, index = 0;
   while (st == SS_OK) {
     const int16_t *rows;
     int64_t n;
     double t_read;
+    if (a->spin_reader) spin_for_data(&snd, l, pushed);
     st = ss_frame_reader_next(ctx, r, &rows, &n, &t_read);
     if (st != SS_OK || n == 0) break;
-    double t1 = ss_now();
-    st = ss_live_push(ctx, e, rows, n, arrival(&snd, pushed, t_read), count_spike, &cnt);
-    busy += ss_now() - t1;
+    double t1 = ss_now(), arr = arrival(&snd, pushed, t_read);
+    st = ss_live_push(ctx, e, rows, n, arr, count_spike, &cnt);
+    double t2 = ss_now();
+    busy += t2 - t1;
+    ss_live_push_trace tr;
+    ss_live_last_push(e, &tr);
+    log_push(&res->log, &tr);
+    double free_at = prev_end > arr ? prev_end : arr, read_wait = t_read - free_at;
+    if (read_wait > res->log.read_wait_max_s) res->log.read_wait_max_s = read_wait;
+    if (tr.behind_s > o.block_s) {
+      double busy_until = prev_end < t1 ? prev_end : t1;
+      int64_t b = pushed / snd.block_rows;
+      overrun_note on = {index, tr.behind_s, busy_until > arr ? busy_until - arr : 0, read_wait > 0 ? read_wait : 0,
+                         t1 - t_read, res->log.pushes > 1 ? res->prev_push_s : 0,
+                         snd.t_written[b] > snd.t_send[b] ? snd.t_written[b] - snd.t_send[b] : 0};
+      log_overrun(&res->log, &on, o.block_s);
+    }
+    res->prev_push_s = tr.total_s;
+    prev_end = t2;
     pushed += n;
+    index++;
   }
   if (st == SS_OK) st = ss_live_flush(ctx, e, count_spike, &cnt);
   res->wall_s = ss_now() - t_start;
   res->busy_s = busy;
+  unpin(&saved, pinned);
+  steal_since(&res->log, steal0, n_steal);
   if (started) pthread_join(th, NULL);
   if (st == SS_OK && snd.st != SS_OK) st = ss_fail(ctx, snd.st, "sender: %s", snd.msg);
   ss_live_get_stats(e, &res->stats);
@@ -318,6 +494,7 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *
   res->e2e_max_us = percentile(cnt.e2e_us, cnt.n, 100);
   free(cnt.e2e_us);
   free(snd.t_send);
+  free(snd.t_written);
   free(snd.tmp);
   ss_frame_reader_close(r);
   ss_link_close(l);
@@ -369,7 +546,8 @@ static ss_status set_realtime(ss_ctx *ctx, bench_args *a) {
 static const char usage[] =
     "usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]\n"
     "                  [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]\n"
-    "                  [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]\n";
+    "                  [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]\n"
+    "                  [--reader block|spin] [--sender sleep|spin] [--pin CPU]\n";
 
 static int parse_device(const char *text, ss_device_kind *out) {
   ss_ctx ctx;
@@ -408,6 +586,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   a->sort_device = SS_DEVICE_CPU;
   a->speed = 1;
   a->gpu_wait = SS_LIVE_WAIT_SPIN;
+  a->pin_cpu = -1;
   const double defaults[] = {1, 2, 5, 10};
   a->n_blocks = 4;
   memcpy(a->blocks_ms, defaults, sizeof(defaults));
@@ -423,6 +602,15 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     else if (strcmp(argv[i], "--cases") == 0) cases = v;
     else if (strcmp(argv[i], "--speed") == 0) a->speed = atof(v);
     else if (strcmp(argv[i], "--unpaced-seconds") == 0) a->unpaced_seconds = atof(v);
+    else if (strcmp(argv[i], "--pin") == 0) a->pin_cpu = atoi(v);
+    else if (strcmp(argv[i], "--sender") == 0) {
+      if (strcmp(v, "spin") && strcmp(v, "sleep")) return fprintf(stderr, "bench_live: --sender %s: expected spin or sleep\n", v), 2;
+      a->spin_sender = strcmp(v, "spin") == 0;
+    }
+    else if (strcmp(argv[i], "--reader") == 0) {
+      if (strcmp(v, "spin") && strcmp(v, "block")) return fprintf(stderr, "bench_live: --reader %s: expected spin or block\n", v), 2;
+      a->spin_reader = strcmp(v, "spin") == 0;
+    }
     else if (strcmp(argv[i], "--realtime") == 0) {
       a->realtime = 1;
       a->realtime_priority = atoi(v);
@@ -475,6 +663,92 @@ static int parse_args(int argc, char **argv, bench_args *a) {
 
 static const char *device_tag(ss_device_kind d) { return d == SS_DEVICE_CUDA ? "gpu" : "cpu"; }
 
+/* The paced run's breakdown: per-phase mean (over all pushes) and max, the slowest pushes split by
+ * phase, and the worst overruns split by cause (ms). */
+static void add_breakdown(cJSON *c, const push_log *g) {
+  cJSON *ph = cJSON_AddObjectToObject(c, "phase_ms");
+  for (int p = 0; p < SS_LIVE_PHASES; p++) {
+    cJSON *o = cJSON_AddObjectToObject(ph, ss_live_phase_name(p));
+    cJSON_AddNumberToObject(o, "mean", g->pushes ? 1e3 * g->phase_sum[p] / (double)g->pushes : 0);
+    cJSON_AddNumberToObject(o, "max", 1e3 * g->phase_max[p]);
+  }
+  cJSON_AddNumberToObject(c, "pushes_detecting", (double)g->detecting);
+  cJSON_AddNumberToObject(c, "pushes_with_setup", (double)g->with_setup);
+  cJSON_AddNumberToObject(c, "pushes_preempted", (double)g->preempted);
+  cJSON_AddNumberToObject(c, "pushes_blocked", (double)g->blocked);
+  cJSON_AddNumberToObject(c, "steal_ms_all_cpus", 1e3 * g->steal_s);
+  cJSON_AddNumberToObject(c, "steal_ms_max_cpu", 1e3 * g->steal_max_cpu_s);
+  cJSON_AddNumberToObject(c, "push_offcpu_ms_total", 1e3 * g->offcpu_sum_s);
+  cJSON_AddNumberToObject(c, "push_offcpu_ms_max", 1e3 * g->offcpu_max_s);
+  cJSON_AddNumberToObject(c, "read_wait_ms_max", 1e3 * g->read_wait_max_s);
+  cJSON_AddNumberToObject(c, "overruns_engine_busy", (double)g->overruns_busy);
+  cJSON_AddNumberToObject(c, "overruns_reader", (double)g->overruns_reader);
+  cJSON_AddNumberToObject(c, "overruns_sender", (double)g->overruns_sender);
+  cJSON *sl = cJSON_AddArrayToObject(c, "slowest_pushes");
+  for (int i = 0; i < g->n_slowest; i++) {
+    const ss_live_push_trace *t = &g->slowest[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "total_ms", 1e3 * t->total_s);
+    cJSON_AddNumberToObject(o, "cpu_ms", 1e3 * t->cpu_s);
+    cJSON_AddNumberToObject(o, "involuntary_switches", (double)t->involuntary_switches);
+    cJSON_AddNumberToObject(o, "voluntary_switches", (double)t->voluntary_switches);
+    cJSON_AddNumberToObject(o, "behind_ms", 1e3 * t->behind_s);
+    cJSON_AddNumberToObject(o, "rows", (double)t->rows);
+    cJSON_AddNumberToObject(o, "buffer_rows", (double)t->buffer_rows);
+    cJSON_AddNumberToObject(o, "detected", t->detected);
+    cJSON_AddNumberToObject(o, "found", (double)t->found);
+    cJSON_AddNumberToObject(o, "emitted", (double)t->emitted);
+    cJSON_AddNumberToObject(o, "setups", t->setups);
+    for (int p = 0; p < SS_LIVE_PHASES; p++) cJSON_AddNumberToObject(o, ss_live_phase_name(p), 1e3 * t->phase_s[p]);
+    cJSON_AddItemToArray(sl, o);
+  }
+  cJSON *wo = cJSON_AddArrayToObject(c, "worst_overruns");
+  for (int i = 0; i < g->n_worst; i++) {
+    const overrun_note *n = &g->worst[i];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "push", (double)n->push);
+    cJSON_AddNumberToObject(o, "behind_ms", 1e3 * n->behind_s);
+    cJSON_AddNumberToObject(o, "engine_busy_ms", 1e3 * n->engine_busy_s);
+    cJSON_AddNumberToObject(o, "read_wait_ms", 1e3 * n->read_wait_s);
+    cJSON_AddNumberToObject(o, "read_to_push_ms", 1e3 * n->gap_s);
+    cJSON_AddNumberToObject(o, "prev_push_ms", 1e3 * n->prev_push_s);
+    cJSON_AddNumberToObject(o, "write_ms", 1e3 * n->write_s);
+    cJSON_AddItemToArray(wo, o);
+  }
+}
+
+/* One line per case: the phases' mean / max and the slowest push (stdout, next to the case line). */
+static void print_breakdown(const push_log *g) {
+  printf("    phases (mean / max ms):");
+  for (int p = 0; p < SS_LIVE_PHASES; p++)
+    printf(" %s %.3f/%.3f", ss_live_phase_name(p), g->pushes ? 1e3 * g->phase_sum[p] / (double)g->pushes : 0,
+           1e3 * g->phase_max[p]);
+  printf("; %lld detecting, %lld with setup, %lld preempted, %lld blocked; off-CPU in pushes %.1f ms (max %.2f); steal "
+         "%.1f ms (all CPUs; max one CPU %.1f); read wait max %.2f ms; overruns: %lld engine busy, %lld reader, %lld "
+         "sender\n",
+         (long long)g->detecting, (long long)g->with_setup, (long long)g->preempted, (long long)g->blocked,
+         1e3 * g->offcpu_sum_s, 1e3 * g->offcpu_max_s, 1e3 * g->steal_s, 1e3 * g->steal_max_cpu_s,
+         1e3 * g->read_wait_max_s, (long long)g->overruns_busy, (long long)g->overruns_reader,
+         (long long)g->overruns_sender);
+  for (int i = 0; i < g->n_slowest && i < 3; i++) {
+    const ss_live_push_trace *t = &g->slowest[i];
+    printf("    slow push %d: %.3f ms (cpu %.3f, %lld preemptions, %lld blocks), %lld rows, buffer %lld, found %lld, setups %d:",
+           i + 1, 1e3 * t->total_s, 1e3 * t->cpu_s, (long long)t->involuntary_switches,
+           (long long)t->voluntary_switches, (long long)t->rows,
+           (long long)t->buffer_rows, (long long)t->found, t->setups);
+    for (int p = 0; p < SS_LIVE_PHASES; p++)
+      if (t->phase_s[p] > 0) printf(" %s %.3f", ss_live_phase_name(p), 1e3 * t->phase_s[p]);
+    printf("\n");
+  }
+  for (int i = 0; i < g->n_worst && i < 3; i++) {
+    const overrun_note *n = &g->worst[i];
+    printf("    overrun %d: push %lld %.3f ms behind: engine busy %.3f, read wait %.3f (sender's write %.3f), read to push "
+           "%.3f, previous push %.3f ms\n",
+           i + 1, (long long)n->push, 1e3 * n->behind_s, 1e3 * n->engine_busy_s, 1e3 * n->read_wait_s, 1e3 * n->write_s,
+           1e3 * n->gap_s, 1e3 * n->prev_push_s);
+  }
+}
+
 static double per_push(int64_t count, const ss_live_stats *s) { return s->blocks ? (double)count / (double)s->blocks : 0; }
 
 static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, const bench_case *bc,
@@ -494,6 +768,9 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddNumberToObject(c, "recording_seconds", (double)w->n_rows / RATE);
   cJSON_AddNumberToObject(c, "unpaced_seconds", seconds);
   cJSON_AddStringToObject(c, "realtime", a->realtime_note);
+  cJSON_AddStringToObject(c, "reader", a->spin_reader ? "spin" : "block");
+  cJSON_AddStringToObject(c, "sender", a->spin_sender ? "spin" : "sleep");
+  cJSON_AddStringToObject(c, "pin", a->pin_note);
   if (bc->device == SS_DEVICE_CUDA) cJSON_AddStringToObject(c, "gpu_wait", a->gpu_wait == SS_LIVE_WAIT_SPIN ? "spin" : "sync");
   cJSON_AddNumberToObject(c, "units", (double)w->model.k);
   cJSON_AddNumberToObject(c, "spikes", (double)p->stats.spikes);
@@ -516,6 +793,7 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddNumberToObject(c, "unpaced_s", u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_x_realtime", seconds / u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_spikes", (double)u->stats.spikes);
+  add_breakdown(c, &p->log);
   printf("%4d ch, %4g ms blocks, %s, %g s paced at %gx in %.1f s: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms "
          "(end to end p50 %.3f, p99 %.3f ms); %lld overruns of %lld blocks (at most %.2f ms behind); %lld pushes "
          "longer than a block (longest %.2f ms); busy %.1f%%; "
@@ -528,6 +806,7 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
          100.0 * p->busy_s / p->wall_s, per_push(p->stats.detections, &p->stats),
          per_push(p->stats.device_waits, &p->stats), seconds / u->wall_s, (long long)u->stats.spikes, seconds,
          (long long)p->stats.spikes);
+  print_breakdown(&p->log);
   fflush(stdout);
   if (w->C == 32 && block_ms == 5.0 && bc->device == SS_DEVICE_CPU)
     ss_bench_summary_number(doc, "p99_ms_32ch_5ms_cpu", 1e-3 * ss_live_stats_percentile_us(&p->stats, 99));
@@ -567,6 +846,7 @@ int main(int argc, char **argv) {
   int any_cuda = 0;
   for (int i = 0; i < a.n_cases; i++) any_cuda |= a.cases[i].device == SS_DEVICE_CUDA;
   ss_status st = set_realtime(&ctx, &a);
+  snprintf(a.pin_note, sizeof(a.pin_note), "off");
   if (st == SS_OK) st = backend_for(&ctx, any_cuda ? SS_DEVICE_CUDA : SS_DEVICE_CPU, bes, open, &be);
   if (st == SS_OK) ss_bench_device_string(be, device, sizeof(device));
   if (st == SS_OK) st = ss_bench_doc_init(&ctx, &doc, "live", device);

@@ -11,6 +11,9 @@
 #   RECORDING_S (default 15), SORT_DEVICE (default cpu), SPEED (default 1), UNPACED_S (seconds of the
 #   unpaced pass, default 5; 0 = the whole recording), GPU_WAIT (spin|sync, default spin),
 #   REALTIME (a SCHED_FIFO priority for the pushing thread, 0 = lowest; unset = normal scheduling),
+#   READER (block|spin: how the pushing thread waits for the next block, default block), SENDER
+#   (sleep|spin: how the sender waits until a block is due, default sleep), PIN (a CPU for the pushing
+#   thread during the paced loop; unset = not pinned),
 #   BUILD_DIR (default /tmp/b), BUILD_TYPE (default Release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,4 +27,5 @@ cmake --build "$build" -j"$(nproc)" --target bench_live
 cases=${CASES:-32:1:cuda:600:1.25,32:2:cuda:8,32:5:cuda:8,32:10:cuda:8,32:5:cpu:10,128:1:cuda:10,384:1:cuda:8,1024:1:cuda:8}
 "$build/bench/bench_live" --seconds "${RECORDING_S:-15}" --cases "$cases" --sort-device "${SORT_DEVICE:-cpu}" \
   --speed "${SPEED:-1}" --unpaced-seconds "${UNPACED_S:-5}" --gpu-wait "${GPU_WAIT:-spin}" \
-  ${REALTIME:+--realtime "$REALTIME"} --out "$out/live.json" | tee "$out/bench_live.log"
+  ${REALTIME:+--realtime "$REALTIME"} --reader "${READER:-block}" --sender "${SENDER:-sleep}" ${PIN:+--pin "$PIN"} \
+  --out "$out/live.json" | tee "$out/bench_live.log"

@@ -15,7 +15,10 @@
  * waits for the device at most three times: the strong flag (skipped when a detection follows
  * anyway), the spike count of its one detection (ss_detect_cuda_find), and the packed tables of the
  * spikes with their labels (every spike found is labelled: cheaper than a fourth round trip for the
- * selection). Waits spin on an event unless the engine was opened with SS_LIVE_WAIT_SYNC. */
+ * selection). Waits spin on an event unless the engine was opened with SS_LIVE_WAIT_SYNC.
+ * With the engine's trace on (ss_live_opts.trace) each stage charges its time to a phase of the push
+ * (ss_live_lap): queueing, each wait, and any growth or graph capture (setup), which would otherwise
+ * hide inside the phase that triggered it. */
 #include <cmath>
 #include <cstring>
 
@@ -32,6 +35,7 @@ constexpr int64_t MIN_PUSH = 1024;   /* push rows at open */
 constexpr int64_t MIN_SPIKES = 256;  /* spike table rows at open */
 constexpr int64_t MIN_DETECT_ROWS = 2048; /* detection rows at open: lead-in + 20 ms pending + a push at 30 kHz */
 constexpr int MAX_GRAPHS = 8;        /* push sizes with a captured graph; others run directly */
+constexpr int NEAREST_THREADS = 128; /* nearest centroid: threads per spike (a power of two) */
 /* one packed table row: time, last node row (int64), fraction, channel, amplitude, label (32-bit) */
 constexpr size_t PACK_BYTES = 2 * sizeof(int64_t) + 4 * sizeof(int32_t);
 
@@ -70,17 +74,25 @@ __global__ void k_pack(int64_t n, const int64_t *t, const int64_t *last, const f
   ((int32_t *)of)[3 * n + i] = label[i];
 }
 
-/* Nearest unit centroid: live.c's nearest_centroid (float squares summed in double, first minimum). */
+/* Nearest unit centroid: live.c's nearest_centroid (float squares summed in double in its order).
+ * One block per spike, thread j scanning rows j, j + NEAREST_THREADS, ...: with up to 16 prototypes
+ * per unit (K = 217 rows at 128 channels in bench_live) one thread per spike scanning every row made
+ * the assignment a serial chain of K·C·P dependent double additions, each after a global load
+ * (milliseconds per push at 128 channels, about 0.3 ms at 32).
+ * Each distance is still summed by one thread in the CPU's order; the block then takes the smallest
+ * distance, ties to the smallest row — the serial scan's first minimum (row 0 when none is finite). */
 __global__ void k_nearest(const float *feat, const float *masks, int64_t n, const float *centroid,
                           const float *mean_mask, const int32_t *unit_id, int64_t K, int C, int P, int masked,
                           int32_t *labels) {
-  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
+  __shared__ double s_best[NEAREST_THREADS];
+  __shared__ int64_t s_arg[NEAREST_THREADS];
+  const int64_t i = blockIdx.x;
+  const int tid = threadIdx.x;
   const int64_t F = (int64_t)C * P;
   const float *f = feat + i * F, *mask = masks + i * C;
   double best = INFINITY;
-  int64_t arg = 0;
-  for (int64_t u = 0; u < K; u++) {
+  int64_t arg = K; /* none yet */
+  for (int64_t u = tid; u < K; u += NEAREST_THREADS) {
     const float *mu = centroid + u * F, *mm = mean_mask + u * C;
     double d = 0;
     for (int c = 0; c < C; c++) {
@@ -95,7 +107,21 @@ __global__ void k_nearest(const float *feat, const float *masks, int64_t n, cons
       arg = u;
     }
   }
-  labels[i] = unit_id[arg];
+  s_best[tid] = best;
+  s_arg[tid] = arg;
+  __syncthreads();
+  for (int half = NEAREST_THREADS / 2; half > 0; half /= 2) {
+    if (tid < half) {
+      const double ob = s_best[tid + half];
+      const int64_t oa = s_arg[tid + half];
+      if (ob < s_best[tid] || (ob == s_best[tid] && oa < s_arg[tid])) {
+        s_best[tid] = ob;
+        s_arg[tid] = oa;
+      }
+    }
+    __syncthreads();
+  }
+  if (tid == 0) labels[i] = unit_id[s_arg[0] < K ? s_arg[0] : 0];
 }
 
 /* ss_knn_vote over each query's k neighbours (nearest first): majority, ties to the earliest class. */
@@ -145,6 +171,8 @@ struct ss_live_cuda {
   cudaStream_t s;
   int C, F, masked, spin;
   cudaEvent_t ev; /* the spin wait's marker */
+  ss_live_laps *laps; /* the engine's phase clock */
+  int64_t det_rows, det_spikes; /* the detection's reserved rows and spikes (growth is timed as setup) */
   /* model on the device */
   double *d_uv, *d_state;
   int *d_use, started;
@@ -174,6 +202,12 @@ struct ss_live_cuda {
 
 /* --- open / close ------------------------------------------------------------------------------ */
 
+/* A growth or a graph capture starts: the time so far goes to `before`, the growth's to SETUP. */
+static void setup_begin(ss_live_cuda *g, int before) {
+  ss_live_lap(g->laps, before);
+  if (g->laps && g->laps->tr) g->laps->tr->setups++;
+}
+
 static void drop_graphs(ss_live_cuda *g) {
   for (int i = 0; i < g->n_graphs; i++) cudaGraphExecDestroy(g->graphs[i].exec);
   g->n_graphs = 0;
@@ -182,6 +216,7 @@ static void drop_graphs(ss_live_cuda *g) {
 static ss_status push_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n) {
   int64_t cap = grown(g->push_cap, n, MIN_PUSH);
   if (cap == g->push_cap) return SS_OK;
+  setup_begin(g, SS_LIVE_PH_APPEND);
   drop_graphs(g); /* they hold the old addresses */
   cudaStreamSynchronize(g->s);
   cudaFreeHost(g->h_raw);
@@ -198,6 +233,7 @@ static ss_status push_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n) {
   SS_TRY(SS_CUDA_ALLOC(ctx, g->d_scaled, cells, "live scaled rows"));
   SS_TRY(SS_CUDA_ALLOC(ctx, g->d_block, cells, "live filtered rows"));
   g->push_cap = cap;
+  ss_live_lap(g->laps, SS_LIVE_PH_SETUP);
   return SS_OK;
 }
 
@@ -207,6 +243,7 @@ static ss_status buffer_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t need) {
   if (g->head + need <= g->buf_cap) return SS_OK;
   int64_t cap = grown(g->buf_cap, need, MIN_ROWS);
   if (cap != g->buf_cap) {
+    setup_begin(g, SS_LIVE_PH_APPEND);
     float *a = nullptr, *b = nullptr;
     SS_TRY(SS_CUDA_ALLOC(ctx, a, (size_t)cap * C, "live buffer"));
     if (SS_CUDA_ALLOC(ctx, b, (size_t)cap * C, "live buffer") != SS_OK) {
@@ -223,6 +260,7 @@ static ss_status buffer_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t need) {
     cudaFree(g->d_buf);
     g->d_buf = a;
     g->buf_cap = cap;
+    ss_live_lap(g->laps, SS_LIVE_PH_SETUP);
   } else {
     if (g->rows > 0)
       SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_spare, g->d_buf + g->head * C, (size_t)g->rows * C * sizeof(float),
@@ -256,7 +294,7 @@ static ss_status labels_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n, int64_t
 
 extern "C" ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_live_model *m,
                                        const ss_detect_config *cfg, int masked_distance, ss_knn_index *knn,
-                                       ss_live_wait wait, ss_live_cuda **out) {
+                                       ss_live_wait wait, ss_live_laps *laps, ss_live_cuda **out) {
   *out = nullptr;
   ss_live_cuda *g = nullptr;
   SS_TRY(SS_CALLOC(ctx, g, 1, "live CUDA state"));
@@ -268,6 +306,7 @@ extern "C" ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const 
   g->masked = masked_distance;
   g->knn = knn;
   g->spin = wait == SS_LIVE_WAIT_SPIN;
+  g->laps = laps;
   ss_status st = model_upload(ctx, g, m);
   if (st == SS_OK) st = ss_detect_cuda_open(ctx, be, cfg, &m->graph, &m->thresholds, &g->det);
   if (st == SS_OK && cudaEventCreateWithFlags(&g->ev, cudaEventDisableTiming) != cudaSuccess)
@@ -280,6 +319,8 @@ extern "C" ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const 
   /* the detection's and the labels' arrays at their working size now: growing them mid-stream
    * (cudaFree / cudaMalloc synchronise the device) would stall the first pushes by milliseconds */
   if (st == SS_OK) st = ss_detect_cuda_reserve(ctx, g->det, MIN_DETECT_ROWS, MIN_SPIKES, g->s);
+  g->det_rows = MIN_DETECT_ROWS;
+  g->det_spikes = MIN_SPIKES;
   if (st == SS_OK) st = labels_reserve(ctx, g, MIN_SPIKES, 1);
   if (st != SS_OK) {
     ss_live_cuda_close(g);
@@ -328,11 +369,14 @@ extern "C" void ss_live_cuda_counts(const ss_live_cuda *g, int64_t *graphed, int
 
 /* --- waiting ----------------------------------------------------------------------------------- */
 
-/* Until the stream's queued work is done: spin on an event, or cudaStreamSynchronize. */
-static ss_status wait_device(ss_ctx *ctx, ss_live_cuda *g) {
+/* Until the stream's queued work is done: spin on an event, or cudaStreamSynchronize. The time so far
+ * is charged to `before` (the queueing), the wait to `phase`. */
+static ss_status wait_device(ss_ctx *ctx, ss_live_cuda *g, int before, int phase) {
+  ss_live_lap(g->laps, before);
   g->waits++;
   if (!g->spin) {
     SS_CUDA_TRY(ctx, cudaStreamSynchronize(g->s));
+    ss_live_lap(g->laps, phase);
     return SS_OK;
   }
   SS_CUDA_TRY(ctx, cudaEventRecord(g->ev, g->s));
@@ -340,6 +384,7 @@ static ss_status wait_device(ss_ctx *ctx, ss_live_cuda *g) {
   while ((e = cudaEventQuery(g->ev)) == cudaErrorNotReady) {
   }
   if (e != cudaSuccess) return ss_fail(ctx, SS_ERR_DEVICE, "CUDA: live wait: %s", cudaGetErrorString(e));
+  ss_live_lap(g->laps, phase);
   return SS_OK;
 }
 
@@ -371,6 +416,7 @@ static ss_status graph_for(ss_ctx *ctx, ss_live_cuda *g, int64_t n, cudaGraphExe
       return SS_OK;
     }
   if (g->n_graphs == MAX_GRAPHS) return SS_OK;
+  setup_begin(g, SS_LIVE_PH_APPEND);
   cudaGraph_t graph = nullptr;
   SS_CUDA_TRY(ctx, cudaStreamBeginCapture(g->s, cudaStreamCaptureModeThreadLocal));
   ss_status st = push_kernels(ctx, g, n);
@@ -384,6 +430,7 @@ static ss_status graph_for(ss_ctx *ctx, ss_live_cuda *g, int64_t n, cudaGraphExe
   cudaGraphDestroy(graph);
   if (e != cudaSuccess) return ss_fail(ctx, SS_ERR_DEVICE, "CUDA: live push graph: %s", cudaGetErrorString(e));
   g->graphs[g->n_graphs++] = (graph_entry){n, *exec};
+  ss_live_lap(g->laps, SS_LIVE_PH_SETUP);
   return SS_OK;
 }
 
@@ -412,8 +459,11 @@ extern "C" ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t d
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_buf + (size_t)(g->head + g->rows) * C, g->d_block, (size_t)n * C * sizeof(float),
                                    cudaMemcpyDeviceToDevice, g->s));
   g->rows += n;
-  if (!want_flag) return SS_OK;
-  SS_TRY(wait_device(ctx, g));
+  if (!want_flag) {
+    ss_live_lap(g->laps, SS_LIVE_PH_APPEND);
+    return SS_OK;
+  }
+  SS_TRY(wait_device(ctx, g, SS_LIVE_PH_APPEND, SS_LIVE_PH_FLAG_WAIT));
   *strong = *g->h_flag != 0;
   return SS_OK;
 }
@@ -422,6 +472,8 @@ extern "C" ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t d
 
 /* Labelling arrays and packed tables for n spikes (k neighbours each with KNN). */
 static ss_status labels_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n, int64_t k) {
+  if (n <= g->lab_cap && n * k <= g->idx_cap) return SS_OK;
+  setup_begin(g, SS_LIVE_PH_LABEL);
   if (n > g->lab_cap) {
     int64_t cap = grown(g->lab_cap, n, MIN_SPIKES);
     cudaStreamSynchronize(g->s); /* queued work may still use the old arrays */
@@ -446,6 +498,7 @@ static ss_status labels_reserve(ss_ctx *ctx, ss_live_cuda *g, int64_t n, int64_t
     SS_TRY(SS_CUDA_ALLOC(ctx, g->d_idx, g->lab_cap * k, "live neighbours"));
     g->idx_cap = g->lab_cap * k;
   }
+  ss_live_lap(g->laps, SS_LIVE_PH_SETUP);
   return SS_OK;
 }
 
@@ -459,7 +512,7 @@ static ss_status queue_labels(ss_ctx *ctx, ss_live_cuda *g, const ss_spike_dev *
     SS_TRY(ss_knn_cuda_search_device(ctx, g->knn, ko, g->d_feat, n, g->d_idx, nullptr, g->d_cert, nullptr));
     k_vote<<<blocks_for(n), THREADS, 0, g->s>>>(g->d_idx, n, k, g->d_ref_labels, g->d_labels);
   } else {
-    k_nearest<<<blocks_for(n), THREADS, 0, g->s>>>(g->d_feat, d->masks, n, g->d_centroid, g->d_mean_mask,
+    k_nearest<<<(unsigned)n, NEAREST_THREADS, 0, g->s>>>(g->d_feat, d->masks, n, g->d_centroid, g->d_mean_mask,
                                                    g->d_unit_id, m->k, g->C, m->n_pcs, g->masked, g->d_labels);
   }
   SS_CUDA_TRY_LAUNCH(ctx, "live assignment");
@@ -486,20 +539,33 @@ extern "C" ss_status ss_live_cuda_detect(ss_ctx *ctx, ss_live_cuda *g, const ss_
                    (long long)g->rows, (long long)blk->n_rows);
   ss_detect_block b = *blk;
   b.x = g->d_buf + (size_t)g->head * g->C;
+  if (b.n_rows > g->det_rows) { /* grow the detection's cells here, timed as setup, not inside the find */
+    setup_begin(g, SS_LIVE_PH_FIND);
+    g->det_rows = grown(g->det_rows, b.n_rows, MIN_DETECT_ROWS);
+    SS_TRY(ss_detect_cuda_reserve(ctx, g->det, g->det_rows, 0, g->s));
+    ss_live_lap(g->laps, SS_LIVE_PH_SETUP);
+  }
   SS_TRY(ss_detect_cuda_find(ctx, g->det, &b, open_row, g->s));
-  SS_TRY(wait_device(ctx, g)); /* the spike count and the first open row */
+  SS_TRY(wait_device(ctx, g, SS_LIVE_PH_FIND, SS_LIVE_PH_COUNT_WAIT)); /* the spike count and the first open row */
   ss_spike_dev d;
   const int64_t *d_last = nullptr;
   SS_TRY(ss_detect_cuda_finish(ctx, g->det, &b, g->s, &d, &out->first_open, &d_last));
   out->n = d.n;
-  if (d.n == 0) return SS_OK;
+  if (d.n > g->det_spikes) { /* finish grew the spike tables (a synchronisation): timed as setup */
+    g->det_spikes = grown(g->det_spikes, d.n, MIN_SPIKES);
+    setup_begin(g, SS_LIVE_PH_SETUP);
+  }
+  if (d.n == 0) {
+    ss_live_lap(g->laps, SS_LIVE_PH_LABEL);
+    return SS_OK;
+  }
   SS_TRY(labels_reserve(ctx, g, d.n, ko ? ko->k : 1));
   SS_TRY(queue_labels(ctx, g, &d, ko));
   k_pack<<<blocks_for(d.n), THREADS, 0, g->s>>>(d.n, d.time_samples, d_last, d.time_fraction, d.peak_channel,
                                                 d.amplitude, g->d_labels, g->d_pack);
   SS_CUDA_TRY_LAUNCH(ctx, "live pack");
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->h_pack, g->d_pack, (size_t)d.n * PACK_BYTES, cudaMemcpyDeviceToHost, g->s));
-  SS_TRY(wait_device(ctx, g));
+  SS_TRY(wait_device(ctx, g, SS_LIVE_PH_LABEL, SS_LIVE_PH_TABLE_WAIT));
   unpack(g, d.n, out);
   return SS_OK;
 }

@@ -4,7 +4,10 @@
  * here and two stages switch to src/live_cuda.h: append (the buffer lives on the device) and the
  * push's detection, which there is ONE run answering completeness (each spike's last node row), the
  * end of the final rows and the labels, instead of the CPU's several detections (round trips are
- * what costs on the device; detections over a few hundred rows are what is cheap on the CPU). */
+ * what costs on the device; detections over a few hundred rows are what is cheap on the CPU).
+ * With opts.trace every push is also split into phases (ss_live_last_push) for the benchmark; and the
+ * opt-in scheduling helpers (ss_live_realtime, ss_live_pin) live here. */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET, RUSAGE_THREAD (opt-in pinning and the push trace) */
 #include "src/live.h"
 
 #include <errno.h>
@@ -14,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "params/params.h"
 #include "src/detect.h"
@@ -85,6 +90,8 @@ struct ss_live_engine {
   ss_knn_opts knn_opts;
   ss_live_stats stats;
   int fresh; /* no row of the current stream yet */
+  ss_live_push_trace trace; /* the last push (opts.trace) */
+  ss_live_laps laps;        /* its phase clock, shared with the CUDA stages */
   ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel, spikes, rcut and the every-component lists unused */
 };
 
@@ -166,7 +173,8 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
   }
 #if SS_HAVE_CUDA
   if (st == SS_OK && on_gpu)
-    st = ss_live_cuda_open(ctx, be, m, &e->cfg, o->masked_distance, e->knn, (ss_live_wait)o->gpu_wait, &e->gpu);
+    st = ss_live_cuda_open(ctx, be, m, &e->cfg, o->masked_distance, e->knn, (ss_live_wait)o->gpu_wait, &e->laps,
+                           &e->gpu);
 #else
   if (st == SS_OK && on_gpu) st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "live: the CUDA path: built without CUDA");
 #endif
@@ -223,6 +231,14 @@ void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) {
   int64_t direct;
   if (e->gpu) ss_live_cuda_counts(e->gpu, &out->graph_pushes, &direct, &out->device_waits);
 #endif
+}
+
+void ss_live_last_push(const ss_live_engine *e, ss_live_push_trace *out) { *out = e->trace; }
+
+const char *ss_live_phase_name(int phase) {
+  static const char *const names[SS_LIVE_PHASES] = {"append", "flag_wait", "find", "count_wait",
+                                                    "label", "table_wait", "setup", "emit"};
+  return phase >= 0 && phase < SS_LIVE_PHASES ? names[phase] : "?";
 }
 
 /* --- counters ----------------------------------------------------------------------------------- */
@@ -320,6 +336,7 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
   e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
   *strong = new_strong(e);
   (void)want_flag; /* the CPU's scan costs nothing worth skipping */
+  ss_live_lap(&e->laps, SS_LIVE_PH_APPEND);
   return SS_OK;
 }
 
@@ -363,9 +380,10 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   while (P < e->full.n && P < e->cut.n && same_spike(&e->full, P, &e->cut, P)) P++;
   if (P == e->full.n) {
     *x = R;
+    ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
     return SS_OK;
   }
-  if (P == 0) return SS_OK;
+  if (P == 0) return ss_live_lap(&e->laps, SS_LIVE_PH_FIND), SS_OK;
   /* the first row of component P: the largest X with at most P components first-noded before it.
    * It lies in [own_from, time_P]; components are short, so gallop down from time_P, then bisect. */
   int64_t hi = e->full.time_samples[P] + 1, lo = e->own_from, step = 1;
@@ -386,6 +404,7 @@ static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
     else hi = mid;
   }
   *x = lo;
+  ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
   return SS_OK;
 }
 
@@ -501,10 +520,12 @@ static ss_status emit_selected(ss_ctx *ctx, ss_live_engine *e, int64_t n, ss_liv
   } else {
     SS_TRY(grow(ctx, (void **)&e->wsel, &e->wsel_cap, n * per, SS_LIVE_MIN_ROWS, sizeof(float), "live waveforms"));
     SS_TRY(grow(ctx, (void **)&e->features, &e->feat_cap, n * e->F, SS_LIVE_MIN_ROWS, sizeof(float), "live features"));
+    ss_live_lap(&e->laps, SS_LIVE_PH_EMIT);
     for (int64_t k = 0; k < n; k++)
       memcpy(e->wsel + k * per, e->spikes.waveforms + e->sel[k] * per, (size_t)per * sizeof(float));
     SS_TRY(ss_pca_project(ctx, e->be, &e->m->pca, e->wsel, n, e->features));
     SS_TRY(assign(ctx, e, n));
+    ss_live_lap(&e->laps, SS_LIVE_PH_LABEL);
   }
   order_by_time(e, n);
   const ss_spike_list *l = e->found;
@@ -547,6 +568,7 @@ static ss_status find_cpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
     e->complete[i] = !final_only || k < e->rcut.n;
     if (e->complete[i] && final_only) j = k + 1;
   }
+  ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
   return SS_OK;
 }
 
@@ -588,6 +610,11 @@ static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_l
 #endif
   if (!e->gpu) SS_TRY(find_cpu(ctx, e, final_only));
   const ss_spike_list *l = e->found;
+  if (e->laps.tr) {
+    e->trace.detected = 1;
+    e->trace.found = l->n;
+    e->trace.buffer_rows = e->buf_n;
+  }
   SS_TRY(grow(ctx, (void **)&e->sel, &e->sel_cap, l->n, SS_LIVE_MIN_ROWS, sizeof(int64_t), "live selection"));
   int64_t n = 0;
   e->pending = 0;
@@ -612,11 +639,47 @@ static ss_status push_rows(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, 
   SS_TRY(buffer_append(ctx, e, rows, n, t_arrival, !must, &fresh_strong));
   if (!must && !fresh_strong) return SS_OK;
   SS_TRY(emit_final(ctx, e, 1, emit, user));
+  ss_live_lap(&e->laps, SS_LIVE_PH_EMIT);
   int64_t x = e->final_x;
   if (!e->gpu) SS_TRY(final_end(ctx, e, &x));
   e->own_from = x;
   prune_done(e);
   return SS_OK;
+}
+
+/* The calling thread's CPU time (user + system) and involuntary context switches. */
+static void thread_usage(double *cpu_s, int64_t *preempted, int64_t *blocked) {
+  struct timespec ts;
+  struct rusage ru;
+  *cpu_s = clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0 ? (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec : 0;
+  int ok = getrusage(RUSAGE_THREAD, &ru) == 0;
+  *preempted = ok ? (int64_t)ru.ru_nivcsw : 0;
+  *blocked = ok ? (int64_t)ru.ru_nvcsw : 0;
+}
+
+/* opts.trace: start the push's breakdown (the phase clock runs from t_start). */
+static void trace_begin(ss_live_engine *e, int64_t n, double t_start, double behind) {
+  if (!e->o.trace) return;
+  memset(&e->trace, 0, sizeof(e->trace));
+  e->trace.t_start = t_start;
+  e->trace.behind_s = behind;
+  e->trace.rows = n;
+  thread_usage(&e->trace.cpu_s, &e->trace.involuntary_switches, &e->trace.voluntary_switches);
+  e->laps = (ss_live_laps){&e->trace, t_start};
+}
+
+static void trace_end(ss_live_engine *e, double t_end, int64_t emitted) {
+  if (!e->o.trace) return;
+  e->trace.phase_s[SS_LIVE_PH_EMIT] += t_end - e->laps.t; /* what is left: emission and bookkeeping */
+  double cpu;
+  int64_t preempted, blocked;
+  thread_usage(&cpu, &preempted, &blocked);
+  e->trace.total_s = t_end - e->trace.t_start;
+  e->trace.cpu_s = cpu - e->trace.cpu_s;
+  e->trace.involuntary_switches = preempted - e->trace.involuntary_switches;
+  e->trace.voluntary_switches = blocked - e->trace.voluntary_switches;
+  e->trace.emitted = emitted;
+  e->laps.tr = NULL;
 }
 
 ss_status ss_live_push(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int64_t n, double t_arrival,
@@ -630,8 +693,11 @@ ss_status ss_live_push(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, int6
   if (behind > e->stats.max_behind_s) e->stats.max_behind_s = behind;
   e->stats.samples += n;
   e->stats.blocks++;
+  const int64_t spikes_before = e->stats.spikes;
+  trace_begin(e, n, t_start, behind);
   ss_status st = push_rows(ctx, e, rows, n, t_arrival, emit, user);
-  const double took = ss_now() - t_start;
+  const double t_end = ss_now(), took = t_end - t_start;
+  trace_end(e, t_end, e->stats.spikes - spikes_before);
   e->stats.slow_pushes += took > block;
   if (took > e->stats.max_push_s) e->stats.max_push_s = took;
   return st;
@@ -645,7 +711,20 @@ ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, vo
   return SS_OK;
 }
 
-/* --- real-time scheduling ----------------------------------------------------------------------- */
+/* --- real-time scheduling and pinning ------------------------------------------------------------ */
+
+ss_status ss_live_pin(ss_ctx *ctx, int cpu, int *applied, char *why, size_t why_len) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE)
+    return ss_fail(ctx, SS_ERR_USAGE, "pin CPU %d: expected 0..%d", cpu, CPU_SETSIZE - 1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  int rc = sched_setaffinity(0, sizeof(set), &set) == 0 ? 0 : errno; /* 0: the calling thread */
+  *applied = rc == 0;
+  if (why_len) why[0] = 0;
+  if (rc != 0) snprintf(why, why_len, "pinning to CPU %d refused: %s", cpu, strerror(rc));
+  return SS_OK;
+}
 
 ss_status ss_live_realtime(ss_ctx *ctx, int priority, int *applied, char *why, size_t why_len) {
   int lo = sched_get_priority_min(SCHED_FIFO), hi = sched_get_priority_max(SCHED_FIFO);

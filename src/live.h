@@ -67,7 +67,43 @@ typedef struct {
   int masked_distance; /* centroid: distance only over channels with mask > 0 on either side */
   double block_s;      /* overrun threshold: > 0 a fixed block duration, else each push's n / rate */
   int gpu_wait;        /* ss_live_wait (CUDA backend only) */
+  int trace;           /* per-push breakdown (ss_live_last_push): phase times, thread CPU time, context switches */
 } ss_live_opts;
+
+/* Phases of a push (ss_live_push_trace), exclusive: each moment of a push counts in exactly one.
+ * CPU path: append, find (every detection), label (waveforms, PCA, assignment), emit. CUDA path:
+ * append (host copy, graph launch), the waits for the device (flag, spike count, tables), find and
+ * label (queueing the detection / the labelling), setup (a growth of device arrays or a graph capture:
+ * work that synchronises the device), emit (selection, ordering, callbacks, bookkeeping). */
+typedef enum {
+  SS_LIVE_PH_APPEND = 0,
+  SS_LIVE_PH_FLAG_WAIT,
+  SS_LIVE_PH_FIND,
+  SS_LIVE_PH_COUNT_WAIT,
+  SS_LIVE_PH_LABEL,
+  SS_LIVE_PH_TABLE_WAIT,
+  SS_LIVE_PH_SETUP,
+  SS_LIVE_PH_EMIT,
+  SS_LIVE_PHASES
+} ss_live_phase;
+
+/* The phase's name ("append", "flag_wait", ...). */
+const char *ss_live_phase_name(int phase);
+
+/* One push, as measured with ss_live_opts.trace (all zero otherwise). */
+typedef struct {
+  double t_start;                  /* ss_now() when its processing started */
+  double behind_s;                 /* processing start − arrival */
+  double total_s;                  /* processing time (emission included) */
+  double phase_s[SS_LIVE_PHASES];  /* total_s split by phase */
+  double cpu_s;                    /* the pushing thread's CPU time over the push (user + system) */
+  int64_t involuntary_switches;    /* the thread was preempted this many times during the push */
+  int64_t voluntary_switches;      /* ... or blocked (slept in a system call) this many times */
+  int64_t rows, buffer_rows;       /* rows pushed; rows the detection searched (the buffer after append) */
+  int64_t found, emitted;          /* spikes found by the push's detection; spikes emitted */
+  int detected;                    /* 1 when the push ran a detection */
+  int setups;                      /* device-array growths and graph captures during the push */
+} ss_live_push_trace;
 
 void ss_live_opts_defaults(ss_live_opts *o);
 
@@ -113,6 +149,8 @@ ss_status ss_live_flush(ss_ctx *ctx, ss_live_engine *e, ss_live_emit_fn emit, vo
 /* A new stream (after ss_live_flush): filter state, buffer and sample clock restart; counters stay. */
 void ss_live_reset(ss_live_engine *e);
 void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out);
+/* The last push's breakdown (ss_live_opts.trace; zeros without it). */
+void ss_live_last_push(const ss_live_engine *e, ss_live_push_trace *out);
 void ss_live_engine_close(ss_live_engine *e);
 
 /* Opt-in real-time scheduling of the calling thread (the one that pushes), for closed-loop use: SCHED_FIFO
@@ -120,6 +158,10 @@ void ss_live_engine_close(ss_live_engine *e);
  * are not locked (mlockall would also lock the CUDA runtime's large host mappings). Without the privilege
  * nothing changes: *applied = 0 and `why` says why (the caller warns); SS_OK either way. */
 ss_status ss_live_realtime(ss_ctx *ctx, int priority, int *applied, char *why, size_t why_len);
+/* Opt-in: pin the calling thread to CPU `cpu` (sched_setaffinity), so that the scheduler does not
+ * migrate it between pushes (cold caches, a wake-up on another core). Refused (a CPU outside the
+ * process's allowed set): *applied = 0 and `why` says why; SS_OK either way. */
+ss_status ss_live_pin(ss_ctx *ctx, int cpu, int *applied, char *why, size_t why_len);
 
 /* Latency percentile (0..100) from the histogram, in µs (the upper edge of the bin; max for 100). */
 double ss_live_stats_percentile_us(const ss_live_stats *s, double pct);

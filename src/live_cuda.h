@@ -22,6 +22,7 @@
 #include "src/knn.h"
 #include "src/live.h"
 #include "src/live_model.h"
+#include "src/log.h"
 #include "src/status.h"
 
 #ifdef __cplusplus
@@ -29,6 +30,20 @@ extern "C" {
 #endif
 
 typedef struct ss_live_cuda ss_live_cuda;
+
+/* The push's phase clock (ss_live_opts.trace): tr NULL when tracing is off. ss_live_lap charges the
+ * time since the last lap to `phase`; the engine and these stages share one clock per push. */
+typedef struct {
+  ss_live_push_trace *tr;
+  double t;
+} ss_live_laps;
+
+static inline void ss_live_lap(ss_live_laps *l, int phase) {
+  if (!l || !l->tr) return;
+  double now = ss_now();
+  l->tr->phase_s[phase] += now - l->t;
+  l->t = now;
+}
 
 /* What one detection tells the engine. The arrays are pinned host memory, valid until the next
  * ss_live_cuda_detect; the spikes are in first-node order (ss_detect_block_cpu's). */
@@ -44,9 +59,11 @@ typedef struct {
                             * node lies at or after open_row; blk->own_end when none does */
 } ss_live_found;
 
-/* knn: the engine's index (created on the CUDA backend) for knn assignment, else NULL. */
+/* knn: the engine's index (created on the CUDA backend) for knn assignment, else NULL. laps: the
+ * engine's phase clock (borrowed; its tr may be NULL). */
 ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_live_model *m, const ss_detect_config *cfg,
-                            int masked_distance, ss_knn_index *knn, ss_live_wait wait, ss_live_cuda **out);
+                            int masked_distance, ss_knn_index *knn, ss_live_wait wait, ss_live_laps *laps,
+                            ss_live_cuda **out);
 /* Drop the device buffer's first `drop` rows, then append n raw rows (scaled, filtered causally).
  * want_flag: wait for the device and set *strong = 1 when one of the n rows holds a sample above the
  * strong threshold on a used channel; else nothing is waited for (a detection follows anyway). */
