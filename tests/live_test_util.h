@@ -143,4 +143,11 @@ static inline int64_t live_without_partner(const offline_sort *o, const collecte
   return extra;
 }
 
+/* A CPU backend and an engine on model m with options o (opened, or the test fails). */
+static inline void live_open_cpu(ss_ctx *ctx, const ss_live_model *m, const ss_live_opts *o, ss_backend *be,
+                                 ss_live_engine **e) {
+  assert_int_equal(ss_backend_open(ctx, SS_DEVICE_CPU, 0, 1, be), SS_OK);
+  if (ss_live_engine_open(ctx, be, m, o, e) != SS_OK) fail_msg("%s", ss_error_message(ctx));
+}
+
 #endif

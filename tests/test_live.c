@@ -153,12 +153,11 @@ static void run_engine(int64_t n, int64_t push, int assign, collected *out, ss_l
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_backend be;
-  assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be), SS_OK);
   ss_live_opts o;
   ss_live_opts_defaults(&o);
   o.assign = assign;
   ss_live_engine *e;
-  if (ss_live_engine_open(&ctx, &be, &model, &o, &e) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  live_open_cpu(&ctx, &model, &o, &be, &e);
   memset(out, 0, sizeof(*out));
   for (int64_t r = 0; r < n; r += push) {
     int64_t m = n - r < push ? n - r : push;

@@ -90,12 +90,11 @@ static void trace_accounts_every_push(void **state) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_backend be;
-  assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be), SS_OK);
   ss_live_opts o;
   ss_live_opts_defaults(&o);
   o.trace = 1;
   ss_live_engine *e;
-  if (ss_live_engine_open(&ctx, &be, &model, &o, &e) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  live_open_cpu(&ctx, &model, &o, &be, &e);
   collected got = {0};
   int64_t detecting = 0, emitted = 0, found = 0;
   double worst_gap = 0;
@@ -148,11 +147,10 @@ static void trace_off_is_zero(void **state) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_backend be;
-  assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be), SS_OK);
   ss_live_opts o;
   ss_live_opts_defaults(&o);
   ss_live_engine *e;
-  if (ss_live_engine_open(&ctx, &be, &model, &o, &e) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  live_open_cpu(&ctx, &model, &o, &be, &e);
   collected got = {0};
   for (int64_t r = 0; r < RATE / 10; r += PUSH_ROWS)
     assert_int_equal(ss_live_push(&ctx, e, raw + r * N_CH, PUSH_ROWS, ss_now(), collect, &got), SS_OK);
