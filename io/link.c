@@ -477,6 +477,8 @@ ss_status ss_frame_reader_next(ss_ctx *ctx, ss_frame_reader *r, const int16_t **
 
 int64_t ss_frame_reader_rows_total(const ss_frame_reader *r) { return r ? r->rows_total : 0; }
 
+int ss_frame_reader_buffered(const ss_frame_reader *r) { return r && r->have - r->consumed >= r->frame_bytes; }
+
 void ss_frame_reader_close(ss_frame_reader *r) {
   if (!r) return;
   free(r->buf);

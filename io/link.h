@@ -37,6 +37,8 @@ ss_status ss_frame_reader_open(ss_ctx *ctx, ss_link *l, int n_channels, int64_t 
  * "URI: stream ended mid-frame: B of F bytes of a frame (R rows received)". *t_arrival = ss_now() after the read. */
 ss_status ss_frame_reader_next(ss_ctx *ctx, ss_frame_reader *r, const int16_t **rows, int64_t *n, double *t_arrival);
 int64_t ss_frame_reader_rows_total(const ss_frame_reader *r);
+/* 1 when a whole frame is already buffered: the next ss_frame_reader_next returns without reading. */
+int ss_frame_reader_buffered(const ss_frame_reader *r);
 void ss_frame_reader_close(ss_frame_reader *r);
 
 #ifdef __cplusplus

@@ -456,6 +456,34 @@ static double agreement(const char *assign) {
   return agree;
 }
 
+/* --spin and --pin change only how the threads wait: the same spikes as without them, and the pin is
+ * said (or, where CPU 0 is not allowed, its refusal). */
+static void spin_and_pin(void **state) {
+  (void)state;
+  char replay[16384], live[16384], *out[2], *err[2];
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --duration 5 --to 'unix-listen://%s'", cli_bin,
+           sock_path);
+  for (int spin = 0; spin < 2; spin++) {
+    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", sock_path, cli_model,
+             spin ? " --spin --pin 0" : "");
+    int code = run_live(replay, live, &out[spin], &err[spin]);
+    if (code != 0) fail_msg("live%s: exit %d: %s", spin ? " --spin" : "", code, err[spin]);
+  }
+  collected a, b;
+  parse_lines(out[0], &a);
+  parse_lines(out[1], &b);
+  printf("--spin --pin 0: %lld spikes, %lld without\n", (long long)b.n, (long long)a.n);
+  assert_true(a.n > 0);
+  assert_true(same_spikes(&a, &b));
+  assert_true(strstr(err[1], "pinned to CPU 0") || strstr(err[1], "--pin:"));
+  for (int i = 0; i < 2; i++) {
+    free(out[i]);
+    free(err[i]);
+  }
+  free(a.s);
+  free(b.s);
+}
+
 /* The default assignment (nearest centroid, plain distance) must give >= 95 % of all offline spikes
  * their unit; the others are printed for the record (docs/live.md). */
 static void agreement_with_offline_sort(void **state) {
@@ -808,6 +836,7 @@ int main(void) {
       cmocka_unit_test(reconnect),
       cmocka_unit_test(overruns_counted_nothing_dropped),
       cmocka_unit_test(train_seconds),
+      cmocka_unit_test(spin_and_pin),
       cmocka_unit_test(cli_errors),
   };
   int failed = cmocka_run_group_tests(tests, group_setup, group_teardown);

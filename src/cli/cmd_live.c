@@ -9,6 +9,7 @@
  * --train-seconds: the first S seconds go to src/live_train.h, which fits a model with `sort`'s code
  * in the background; the rows that arrive meanwhile are counted and reported, not labelled. */
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -32,6 +33,7 @@
 #define SS_MS_PER_S 1000.0
 #define SS_LIVE_MAX_CHANNELS 100000     /* --channels (the model loader's limit) */
 #define SS_LIVE_MAX_RT_PRIORITY 99      /* Linux's highest SCHED_FIFO priority */
+#define SS_LIVE_MAX_CPU 65535           /* --pin */
 
 static const char usage[] =
     "usage: spikestream live --source URI (--model M | --train-seconds S --channels N --rate HZ\n"
@@ -39,7 +41,7 @@ static const char usage[] =
     "                        [--output URI] [--format json|binary]\n"
     "                        [--assign centroid|knn] [--k K] [--distance D] [--block-ms B] [--reconnect]\n"
     "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n"
-    "                        [--realtime P]\n\n"
+    "                        [--realtime P] [--spin] [--pin CPU]\n\n"
     "Label spikes as they arrive on a stream of raw little-endian int16 frames (channel-interleaved,\n"
     "any number of samples per read), with the causal twin of a model that `spikestream sort` wrote.\n"
     "Each spike is written as soon as no later sample can change it (docs/live.md):\n"
@@ -79,18 +81,24 @@ static const char usage[] =
     "  --realtime P         run the engine thread SCHED_FIFO at priority P (0 = the lowest) so that\n"
     "                       ordinary threads cannot preempt a block; when not permitted, a warning and\n"
     "                       normal scheduling (docs/live.md)\n"
+    "  --spin               the reader polls the source and the engine polls its queue without sleeping\n"
+    "                       (each uses a core; a sleeping thread's wake-up is on every block's critical\n"
+    "                       path, and on a VM it may be late by milliseconds: docs/live.md)\n"
+    "  --pin CPU            pin the engine thread to CPU (sched_setaffinity); when refused, a warning\n"
     "\noptions:\n" SS_CLI_COMMON_HELP;
 
 enum {
   OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
   OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE, OPT_CHANNELS, OPT_RATE, OPT_UV_PER_STEP,
-  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME
+  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN
 };
 
 typedef struct {
   const char *source, *model, *output;
   int binary, reconnect, train;
   int64_t realtime; /* --realtime P: P + 1 (0 = not asked) */
+  int spin;         /* --spin */
+  int64_t pin;      /* --pin CPU: CPU + 1 (0 = not asked) */
   /* --train-seconds */
   double train_s, rate_hz, uv_per_step;
   int64_t channels;
@@ -129,6 +137,11 @@ static int on_option(int opt, const char *arg, void *user) {
     case OPT_PROBE: a->probe = arg; a->train_only_option = 1; break;
     case OPT_PARAMS: a->params_path = arg; a->train_only_option = 1; break;
     case OPT_TRAIN_DIR: a->train_dir = arg; a->train_only_option = 1; break;
+    case OPT_SPIN: a->spin = 1; break;
+    case OPT_PIN:
+      code = ss_cli_integer("live", "pin", arg, 0, SS_LIVE_MAX_CPU, &a->pin);
+      a->pin++;
+      break;
     case OPT_REALTIME:
       code = ss_cli_integer("live", "realtime", arg, 0, SS_LIVE_MAX_RT_PRIORITY, &a->realtime);
       a->realtime++;
@@ -166,6 +179,9 @@ static int on_option(int opt, const char *arg, void *user) {
   }
   return code;
 }
+
+/* SIGINT/SIGTERM: stop after what was received (the engine loop; --spin's polls) */
+static volatile sig_atomic_t stop_requested;
 
 /* --- the queue between the reader thread and the engine ----------------------------------------- */
 
@@ -236,6 +252,13 @@ static void put_status(queue *q, item_kind kind, ss_status st, const char *msg) 
   queue_put(q, it, 0);
 }
 
+/* --spin: poll the source without sleeping until a read will not block (or a stop is requested). */
+static void spin_until_readable(const ss_link *l, const ss_frame_reader *r) {
+  struct pollfd pfd = {.fd = ss_link_fd(l), .events = POLLIN};
+  while (!ss_frame_reader_buffered(r) && !stop_requested && poll(&pfd, 1, 0) == 0) {
+  }
+}
+
 /* Read one connection to its end: rows are queued as they come. */
 static ss_status read_stream(ss_ctx *ctx, queue *q) {
   ss_link *l = NULL;
@@ -248,6 +271,7 @@ static ss_status read_stream(ss_ctx *ctx, queue *q) {
     const int16_t *rows;
     int64_t n = 0;
     double t;
+    if (st == SS_OK && q->a->spin) spin_until_readable(l, r);
     if (st == SS_OK) st = ss_frame_reader_next(ctx, r, &rows, &n, &t);
     if (st != SS_OK || n == 0) break;
     size_t bytes = (size_t)n * q->n_channels * sizeof(int16_t);
@@ -318,7 +342,6 @@ static ss_status write_spike(ss_ctx *ctx, void *user, const ss_live_spike *spike
 
 /* --- the engine loop ---------------------------------------------------------------------------- */
 
-static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) {
   (void)sig;
   stop_requested = 1;
@@ -335,7 +358,7 @@ static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_
   double next_stats = a->stats_every_s > 0 ? ss_now() + a->stats_every_s : INFINITY;
   for (;;) {
     /* a stop request (signal) still processes what was already received */
-    item *it = queue_get(q, stop_requested ? 0 : SS_LIVE_WAIT_S);
+    item *it = queue_get(q, stop_requested || a->spin ? 0 : SS_LIVE_WAIT_S);
     if (!it && stop_requested) return ss_live_flush(ctx, e, write_spike, k);
     ss_status st = SS_OK;
     if (it && it->kind == ITEM_ROWS) {
@@ -477,6 +500,16 @@ static void print_training(const train_result *r, double rate_hz) {
 
 /* --- the command -------------------------------------------------------------------------------- */
 
+/* --pin: this thread runs the engine loop; a refusal is a warning, not an error. */
+static ss_status pin(ss_ctx *ctx, int cpu) {
+  int applied = 0;
+  char why[128];
+  SS_TRY(ss_live_pin(ctx, cpu, &applied, why, sizeof(why)));
+  if (applied) ss_log_info(ctx, "live: the engine thread is pinned to CPU %d", cpu);
+  else ss_log_warn(ctx, "live: --pin: %s; not pinned", why);
+  return SS_OK;
+}
+
 /* --realtime: this thread runs the engine loop; a refusal is a warning, not an error. */
 static ss_status realtime(ss_ctx *ctx, int priority) {
   int applied = 0;
@@ -522,6 +555,7 @@ static ss_status run(ss_ctx *ctx, live_args *a) {
   }
   sink k = {out, a->binary, tres.conn_rows};
   if (st == SS_OK && a->realtime) st = realtime(ctx, (int)a->realtime - 1);
+  if (st == SS_OK && a->pin) st = pin(ctx, (int)a->pin - 1);
   if (st == SS_OK && !tres.ended) st = engine_loop(ctx, a, &q, e, &k, q.rate_hz);
   if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", q.rate_hz);
   if (a->train) print_training(&tres, q.rate_hz);
@@ -557,6 +591,8 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
                                        {"params", required_argument, NULL, OPT_PARAMS},
                                        {"train-dir", required_argument, NULL, OPT_TRAIN_DIR},
                                        {"realtime", required_argument, NULL, OPT_REALTIME},
+                                       {"spin", no_argument, NULL, OPT_SPIN},
+                                       {"pin", required_argument, NULL, OPT_PIN},
                                        {0, 0, 0, 0}};
   static live_args a; /* static: the reader thread reads it (see run()) */
   memset(&a, 0, sizeof(a));
