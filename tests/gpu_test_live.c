@@ -30,9 +30,9 @@
 #define MIN_OFFLINE_AGREEMENT 0.95
 #define MAX_WAITS_PER_PUSH 3 /* strong flag, spike count, tables */
 #define FLUSH_WAITS 2        /* the end of a stream: spike count, tables */
-#define PATH_LEN 1024
+#define PATH_LEN LIVE_PATH_LEN
 
-static char bin_path[PATH_LEN + 8], sort_dir[PATH_LEN], model_path[PATH_LEN + 16], sock_path[PATH_LEN];
+static live_fixture fx; /* the recording, its sort and the socket */
 static int16_t *raw;
 static int64_t n_rows;
 static ss_live_model model;
@@ -40,32 +40,15 @@ static ss_live_model model;
 static int group_setup(void **state) {
   (void)state;
   ss_test_require_gpu();
-  char base[PATH_LEN], args[16384], *out = NULL, *err = NULL;
-  ss_test_path(base, sizeof(base), "gpu_live_sim");
-  snprintf(bin_path, sizeof(bin_path), "%s.bin", base);
-  ss_test_path(sort_dir, sizeof(sort_dir), "gpu_live_sort");
-  snprintf(model_path, sizeof(model_path), "%s/model.h5", sort_dir);
-  ss_test_path(sock_path, sizeof(sock_path), "gpu_live.sock");
-  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --seed 5 -q", base, DURATION);
-  int code = ss_test_run_cli(args, &out, &err);
-  if (code == 0) {
-    free(out);
-    free(err);
-    snprintf(args, sizeof(args), "sort '%s' " SOURCE_ARGS " -q -o '%s'", bin_path, sort_dir);
-    code = ss_test_run_cli(args, &out, &err);
-  }
-  if (code != 0) fprintf(stderr, "setup: exit %d: %s\n", code, err);
-  free(out);
-  free(err);
-  if (code != 0) return -1;
+  if (live_fixture_make(&fx, "gpu_live", DURATION, 5, SOURCE_ARGS) != 0) return -1;
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   memset(&model, 0, sizeof(model));
-  if (ss_live_model_load(&ctx, model_path, &model) != SS_OK) {
+  if (ss_live_model_load(&ctx, fx.model, &model) != SS_OK) {
     fprintf(stderr, "%s\n", ss_error_message(&ctx));
     return -1;
   }
-  FILE *f = fopen(bin_path, "rb");
+  FILE *f = fopen(fx.bin, "rb");
   if (!f) return -1;
   fseek(f, 0, SEEK_END);
   long bytes = ftell(f);
@@ -240,23 +223,10 @@ static void restart_gives_same_spikes(void **state) {
 
 /* `live LIVE_ARGS` while `replay` sends the recording; stdout and stderr returned. */
 static int run_live(const char *live_args, char **out, char **err) {
-  char out_path[PATH_LEN], err_path[PATH_LEN], rep_path[PATH_LEN], rc_path[PATH_LEN], cmd[65536];
-  ss_test_path(out_path, sizeof(out_path), "gpu_live.out");
-  ss_test_path(err_path, sizeof(err_path), "gpu_live.err");
-  ss_test_path(rep_path, sizeof(rep_path), "gpu_replay.err");
-  ss_test_path(rc_path, sizeof(rc_path), "gpu_live.rc");
-  snprintf(cmd, sizeof(cmd),
-           "'%s' replay '%s' " SOURCE_ARGS " --speed 0 --to 'unix-listen://%s' >/dev/null 2>'%s' & "
-           "'%s' live --source 'unix://%s' --model '%s' %s >'%s' 2>'%s' </dev/null; echo $? >'%s'; wait",
-           SS_CLI_PATH, bin_path, sock_path, rep_path, SS_CLI_PATH, sock_path, model_path, live_args, out_path,
-           err_path, rc_path);
-  if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
-  *out = ss_test_slurp(out_path);
-  *err = ss_test_slurp(err_path);
-  char *rc = ss_test_slurp(rc_path);
-  int code = atoi(rc);
-  free(rc);
-  return code;
+  char replay[4 * LIVE_PATH_LEN], live[4 * LIVE_PATH_LEN];
+  snprintf(replay, sizeof(replay), "'%s' " SOURCE_ARGS " --speed 0 --to 'unix-listen://%s'", fx.bin, fx.sock);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' %s", fx.sock, fx.model, live_args);
+  return live_cli_run("gpu_live", replay, live, out, err);
 }
 
 /* 3. sort → replay → live --device cuda: the offline spikes' live twins carry the same unit. */
@@ -268,9 +238,9 @@ static void agreement_with_offline_sort(void **state) {
   collected got;
   parse_lines(out, &got);
   char results[PATH_LEN + 16];
-  snprintf(results, sizeof(results), "%s/results.h5", sort_dir);
+  snprintf(results, sizeof(results), "%s/results.h5", fx.dir);
   offline_sort off;
-  offline_sort_read(results, model_path, &off);
+  offline_sort_read(results, fx.model, &off);
   const int64_t edge = (int64_t)(0.002 * 30000.0), end = (int64_t)(DURATION * 30000.0) - edge;
   int64_t n, matched, same;
   offline_agreement_all(&off, &got, MATCH_TOLERANCE, edge, end, &n, &matched, &same);

@@ -1,5 +1,7 @@
 /* live_test_util.h — what test_live.c and gpu_test_live.c share: collecting the engine's spikes and
-* ordering them, parsing `live`'s JSON lines and matching them with an offline sort (header-only: both programs are single files). */
+ * ordering them, parsing `live`'s JSON lines and matching them with an offline sort, the command-line
+ * fixture (a simulated recording and its sort) and running replay → live (header-only: both programs are
+ * single files). */
 #ifndef SS_LIVE_TEST_UTIL_H
 #define SS_LIVE_TEST_UTIL_H
 
@@ -148,6 +150,71 @@ static inline void live_open_cpu(ss_ctx *ctx, const ss_live_model *m, const ss_l
                                  ss_live_engine **e) {
   assert_int_equal(ss_backend_open(ctx, SS_DEVICE_CPU, 0, 1, be), SS_OK);
   if (ss_live_engine_open(ctx, be, m, o, e) != SS_OK) fail_msg("%s", ss_error_message(ctx));
+}
+
+#define LIVE_PATH_LEN 1024
+
+/* The command-line fixture: a simulated flat-binary recording, its offline sort (model.h5 with /live)
+ * and a socket path, under the test's directory. */
+typedef struct {
+  char bin[LIVE_PATH_LEN + 8], dir[LIVE_PATH_LEN], model[LIVE_PATH_LEN + 16], sock[LIVE_PATH_LEN];
+} live_fixture;
+
+/* `simulate --duration D --seed S` into NAME_sim.bin, then `sort` it with SOURCE_ARGS into NAME_sort:
+ * 0, or -1 after saying why on stderr. */
+static inline int live_fixture_make(live_fixture *f, const char *name, double duration, int seed,
+                                    const char *source_args) {
+  char base[LIVE_PATH_LEN], leaf[256], args[16384], *out = NULL, *err = NULL;
+  snprintf(leaf, sizeof(leaf), "%s_sim", name);
+  ss_test_path(base, sizeof(base), leaf);
+  snprintf(f->bin, sizeof(f->bin), "%s.bin", base);
+  snprintf(leaf, sizeof(leaf), "%s_sort", name);
+  ss_test_path(f->dir, sizeof(f->dir), leaf);
+  snprintf(f->model, sizeof(f->model), "%s/model.h5", f->dir);
+  snprintf(leaf, sizeof(leaf), "%s.sock", name);
+  ss_test_path(f->sock, sizeof(f->sock), leaf);
+  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --seed %d -q", base, duration, seed);
+  int code = ss_test_run_cli(args, &out, &err);
+  if (code == 0) {
+    free(out);
+    free(err);
+    snprintf(args, sizeof(args), "sort '%s' %s -q -o '%s'", f->bin, source_args, f->dir);
+    code = ss_test_run_cli(args, &out, &err);
+  }
+  if (code != 0) fprintf(stderr, "setup: exit %d: %s\n", code, err);
+  free(out);
+  free(err);
+  return code == 0 ? 0 : -1;
+}
+
+/* `live LIVE_ARGS` with its stdout and stderr, while `replay REPLAY_ARGS` (if not NULL) sends; outputs
+ * in TAG.out, TAG.err, TAG.rc and TAG_replay.err; returns live's exit code. */
+static inline int live_cli_run(const char *tag, const char *replay_args, const char *live_args, char **out, char **err) {
+  char out_path[LIVE_PATH_LEN], err_path[LIVE_PATH_LEN], rep_path[LIVE_PATH_LEN], rc_path[LIVE_PATH_LEN], leaf[256];
+  char *cmd = malloc(65536);
+  assert_non_null(cmd);
+  snprintf(leaf, sizeof(leaf), "%s.out", tag);
+  ss_test_path(out_path, sizeof(out_path), leaf);
+  snprintf(leaf, sizeof(leaf), "%s.err", tag);
+  ss_test_path(err_path, sizeof(err_path), leaf);
+  snprintf(leaf, sizeof(leaf), "%s_replay.err", tag);
+  ss_test_path(rep_path, sizeof(rep_path), leaf);
+  snprintf(leaf, sizeof(leaf), "%s.rc", tag);
+  ss_test_path(rc_path, sizeof(rc_path), leaf);
+  if (replay_args)
+    snprintf(cmd, 65536, "'%s' replay %s >/dev/null 2>'%s' & '%s' live %s >'%s' 2>'%s' </dev/null; echo $? >'%s'; wait",
+             SS_CLI_PATH, replay_args, rep_path, SS_CLI_PATH, live_args, out_path, err_path, rc_path);
+  else
+    snprintf(cmd, 65536, "'%s' live %s >'%s' 2>'%s'; echo $? >'%s'", SS_CLI_PATH, live_args, out_path, err_path,
+             rc_path);
+  if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
+  free(cmd);
+  *out = ss_test_slurp(out_path);
+  *err = ss_test_slurp(err_path);
+  char *rc = ss_test_slurp(rc_path);
+  int code = atoi(rc);
+  free(rc);
+  return code;
 }
 
 #endif

@@ -350,31 +350,14 @@ static void engine_errors(void **state) {
 #define CLI_DURATION 30.0
 #define CLI_SOURCE "--format binary --channels 32 --rate 30000 --uv-per-step 0.195"
 #define MATCH_TOLERANCE 3 /* samples between an offline spike (offset-corrected) and its live twin */
+#define PATH_LEN LIVE_PATH_LEN
 #define EDGE_S 0.002 /* spikes this close to a stream end may differ (their window reaches past it) */
 
-#define PATH_LEN 1024
-static char cli_bin[PATH_LEN + 8], cli_dir[PATH_LEN], cli_model[PATH_LEN + 16], sock_path[PATH_LEN];
+static live_fixture fx; /* the recording, its sort and the socket */
 
 static int cli_setup(void **state) {
   (void)state;
-  char base[PATH_LEN], args[16384], *out = NULL, *err = NULL;
-  ss_test_path(base, sizeof(base), "cli_sim");
-  snprintf(cli_bin, sizeof(cli_bin), "%s.bin", base);
-  ss_test_path(cli_dir, sizeof(cli_dir), "cli_sort");
-  snprintf(cli_model, sizeof(cli_model), "%s/model.h5", cli_dir);
-  ss_test_path(sock_path, sizeof(sock_path), "live.sock");
-  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --seed 3 -q", base, CLI_DURATION);
-  int code = ss_test_run_cli(args, &out, &err);
-  if (code == 0) {
-    free(out);
-    free(err);
-    snprintf(args, sizeof(args), "sort '%s' " CLI_SOURCE " -q -o '%s'", cli_bin, cli_dir);
-    code = ss_test_run_cli(args, &out, &err);
-  }
-  if (code != 0) fprintf(stderr, "setup: exit %d: %s\n", code, err);
-  free(out);
-  free(err);
-  return code == 0 ? 0 : -1;
+  return live_fixture_make(&fx, "cli", CLI_DURATION, 3, CLI_SOURCE);
 }
 
 static int cli_teardown(void **state) {
@@ -384,24 +367,7 @@ static int cli_teardown(void **state) {
 
 /* `live LIVE_ARGS` with its stdout and stderr, while `replay REPLAY_ARGS` (if not NULL) sends. */
 static int run_live(const char *replay_args, const char *live_args, char **out, char **err) {
-  char out_path[PATH_LEN], err_path[PATH_LEN], rep_path[PATH_LEN], rc_path[PATH_LEN], cmd[65536];
-  ss_test_path(out_path, sizeof(out_path), "live.out");
-  ss_test_path(err_path, sizeof(err_path), "live.err");
-  ss_test_path(rep_path, sizeof(rep_path), "replay.err");
-  ss_test_path(rc_path, sizeof(rc_path), "live.rc");
-  if (replay_args)
-    snprintf(cmd, sizeof(cmd), "'%s' replay %s >/dev/null 2>'%s' & '%s' live %s >'%s' 2>'%s' </dev/null; echo $? >'%s'; wait",
-             SS_CLI_PATH, replay_args, rep_path, SS_CLI_PATH, live_args, out_path, err_path, rc_path);
-  else
-    snprintf(cmd, sizeof(cmd), "'%s' live %s >'%s' 2>'%s'; echo $? >'%s'", SS_CLI_PATH, live_args, out_path, err_path,
-             rc_path);
-  if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
-  *out = ss_test_slurp(out_path);
-  *err = ss_test_slurp(err_path);
-  char *rc = ss_test_slurp(rc_path);
-  int code = atoi(rc);
-  free(rc);
-  return code;
+  return live_cli_run("live", replay_args, live_args, out, err);
 }
 
 static int same_spikes(const collected *a, const collected *b) {
@@ -418,16 +384,16 @@ static int same_spikes(const collected *a, const collected *b) {
  * its time + the model's causal − offline offset — carries the same unit. */
 static double agreement(const char *assign) {
   char replay[16384], live[16384], *out, *err;
-  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --to 'unix-listen://%s'", cli_bin, sock_path);
-  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' %s", sock_path, cli_model, assign);
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --to 'unix-listen://%s'", fx.bin, fx.sock);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' %s", fx.sock, fx.model, assign);
   int code = run_live(replay, live, &out, &err);
   if (code != 0) fail_msg("live: exit %d: %s", code, err);
   collected got;
   parse_lines(out, &got);
   char results[PATH_LEN + 16];
-  snprintf(results, sizeof(results), "%s/results.h5", cli_dir);
+  snprintf(results, sizeof(results), "%s/results.h5", fx.dir);
   offline_sort off;
-  offline_sort_read(results, cli_model, &off);
+  offline_sort_read(results, fx.model, &off);
   const int64_t edge = (int64_t)(EDGE_S * RATE), end = (int64_t)(CLI_DURATION * RATE) - edge;
   /* the figure at a few tolerances (the asserted one: MATCH_TOLERANCE) */
   static const int tolerances[] = {1, 2, MATCH_TOLERANCE, 5, 10, 20};
@@ -461,10 +427,10 @@ static double agreement(const char *assign) {
 static void spin_and_pin(void **state) {
   (void)state;
   char replay[16384], live[16384], *out[2], *err[2];
-  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --duration 5 --to 'unix-listen://%s'", cli_bin,
-           sock_path);
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --duration 5 --to 'unix-listen://%s'", fx.bin,
+           fx.sock);
   for (int spin = 0; spin < 2; spin++) {
-    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", sock_path, cli_model,
+    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model,
              spin ? " --spin --pin 0" : "");
     int code = run_live(replay, live, &out[spin], &err[spin]);
     if (code != 0) fail_msg("live%s: exit %d: %s", spin ? " --spin" : "", code, err[spin]);
@@ -508,7 +474,7 @@ static collected file_ref; /* `live --source FILE` on the whole recording */
 
 static void live_on_file(const char *path, collected *c, int want_code, char **err_out) {
   char live[8192], *out, *err;
-  snprintf(live, sizeof(live), "--source '%s' --model '%s'", path, cli_model);
+  snprintf(live, sizeof(live), "--source '%s' --model '%s'", path, fx.model);
   int code = run_live(NULL, live, &out, &err);
   if (code != want_code) fail_msg("live: exit %d: %s", code, err);
   parse_lines(out, c);
@@ -547,11 +513,11 @@ static void *odd_writer_main(void *arg) {
  * sizes (partial frames) over a socket; a disconnect ends with exit 0 and the summary. */
 static void sources_and_partial_frames(void **state) {
   (void)state;
-  live_on_file(cli_bin, &file_ref, 0, NULL);
+  live_on_file(fx.bin, &file_ref, 0, NULL);
   assert_true(file_ref.n > 1000);
   char live[16384], replay[16384], uri[PATH_LEN + 16], *out, *err;
   /* stdin */
-  snprintf(live, sizeof(live), "--source - --model '%s' --stats-every 0.05 < '%s'", cli_model, cli_bin);
+  snprintf(live, sizeof(live), "--source - --model '%s' --stats-every 0.05 < '%s'", fx.model, fx.bin);
   int code = run_live(NULL, live, &out, &err);
   if (code != 0) fail_msg("live: exit %d: %s", code, err);
   collected got;
@@ -567,9 +533,9 @@ static void sources_and_partial_frames(void **state) {
   free(out);
   free(err);
   /* replay over a UNIX socket, 2 ms blocks at full speed; the disconnect ends the run */
-  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 2 --to 'unix-listen://%s'", cli_bin,
-           sock_path);
-  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'", sock_path, cli_model);
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 2 --to 'unix-listen://%s'", fx.bin,
+           fx.sock);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'", fx.sock, fx.model);
   code = run_live(replay, live, &out, &err);
   if (code != 0) fail_msg("live: exit %d: %s", code, err);
   parse_lines(out, &got);
@@ -583,11 +549,11 @@ static void sources_and_partial_frames(void **state) {
   free(err);
   /* odd write sizes */
   size_t n_bytes = (size_t)(CLI_DURATION * RATE) * N_CH * sizeof(int16_t);
-  FILE *f = fopen(cli_bin, "rb");
+  FILE *f = fopen(fx.bin, "rb");
   unsigned char *bytes = malloc(n_bytes);
   assert_true(f && fread(bytes, 1, n_bytes, f) == n_bytes);
   fclose(f);
-  snprintf(uri, sizeof(uri), "unix-listen://%s", sock_path);
+  snprintf(uri, sizeof(uri), "unix-listen://%s", fx.sock);
   odd_writer w = {.uri = uri, .bytes = bytes, .n = n_bytes};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, odd_writer_main, &w), 0);
@@ -612,7 +578,7 @@ static void mid_frame_end(void **state) {
   char whole[PATH_LEN], cut[PATH_LEN];
   ss_test_path(whole, sizeof(whole), "whole.bin");
   ss_test_path(cut, sizeof(cut), "cut.bin");
-  FILE *in = fopen(cli_bin, "rb"), *a = fopen(whole, "wb"), *b = fopen(cut, "wb");
+  FILE *in = fopen(fx.bin, "rb"), *a = fopen(whole, "wb"), *b = fopen(cut, "wb");
   assert_true(in && a && b);
   unsigned char *buf = malloc((size_t)rows * frame + extra);
   assert_true(fread(buf, 1, (size_t)rows * frame + extra, in) == (size_t)rows * frame + extra);
@@ -655,8 +621,8 @@ static void reconnect(void **state) {
            "'%s' replay '%s' " CLI_SOURCE " --speed 0 --to 'unix://%s' 2>/dev/null && "
            "'%s' replay '%s' " CLI_SOURCE " --speed 0 --duration %g --to 'unix://%s' 2>/dev/null; "
            "sleep 2; kill -TERM $pid; wait $pid; echo $? >'%s'",
-           SS_CLI_PATH, sock_path, cli_model, out_path, err_path, SS_CLI_PATH, cli_bin, sock_path, SS_CLI_PATH, cli_bin,
-           second_s, sock_path, rc_path);
+           SS_CLI_PATH, fx.sock, fx.model, out_path, err_path, SS_CLI_PATH, fx.bin, fx.sock, SS_CLI_PATH, fx.bin,
+           second_s, fx.sock, rc_path);
   if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
   char *out = ss_test_slurp(out_path), *err = ss_test_slurp(err_path), *rc = ss_test_slurp(rc_path);
   if (atoi(rc) != 0) fail_msg("live --reconnect: exit %s: %s", rc, err);
@@ -683,9 +649,9 @@ static void reconnect(void **state) {
 static void overruns_counted_nothing_dropped(void **state) {
   (void)state;
   char replay[16384], live[16384], *out, *err;
-  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 1 --to 'unix-listen://%s'", cli_bin,
-           sock_path);
-  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' --block-ms 1 --format binary", sock_path, cli_model);
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 1 --to 'unix-listen://%s'", fx.bin,
+           fx.sock);
+  snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s' --block-ms 1 --format binary", fx.sock, fx.model);
   int code = run_live(replay, live, &out, &err);
   if (code != 0) fail_msg("live: exit %d: %s", code, err);
   long long samples, spikes, overruns;
@@ -718,9 +684,9 @@ static void train_seconds(void **state) {
   assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
   free(out);
   free(err);
-  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed " TRAIN_SPEED " --to 'unix-listen://%s'", bin, sock_path);
+  snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed " TRAIN_SPEED " --to 'unix-listen://%s'", bin, fx.sock);
   snprintf(live, sizeof(live), "--source 'unix://%s' --train-seconds %g --channels 32 --rate 30000 --uv-per-step 0.195 "
-           "--train-dir '%s'", sock_path, TRAIN_S, dir);
+           "--train-dir '%s'", fx.sock, TRAIN_S, dir);
   double t0 = ss_now();
   int code = run_live(replay, live, &out, &err);
   if (code != 0) fail_msg("live --train-seconds: exit %d: %s", code, err);
@@ -805,14 +771,14 @@ static void cli_errors(void **state) {
   free(out);
   free(err);
   /* a stream shorter than the training: exit 1 naming it */
-  snprintf(args, sizeof(args), "live --source '%s' --train-seconds 100 --channels 32 --rate 30000 -q", cli_bin);
+  snprintf(args, sizeof(args), "live --source '%s' --train-seconds 100 --channels 32 --rate 30000 -q", fx.bin);
   snprintf(want, sizeof(want), "spikestream live: %s: the stream ended after %.3f s, before the 100 s of --train-seconds\n",
-           cli_bin, CLI_DURATION);
+           fx.bin, CLI_DURATION);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 1);
   if (!strstr(err, want)) fail_msg("stderr: %s (expected %s)", err, want);
   free(out);
   free(err);
-  snprintf(args, sizeof(args), "live --source '%s' --model '%s'", missing, cli_model);
+  snprintf(args, sizeof(args), "live --source '%s' --model '%s'", missing, fx.model);
   snprintf(want, sizeof(want), "spikestream live: %s: cannot open for reading: No such file or directory\n", missing);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 1);
   if (!strstr(err, want)) fail_msg("stderr: %s (expected %s)", err, want);
