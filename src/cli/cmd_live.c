@@ -221,10 +221,10 @@ static void queue_put(queue *q, item *it, size_t bytes) {
   pthread_mutex_unlock(&q->mu);
 }
 
-/* The next item, or NULL after waiting `wait_s` for one. */
+/* The next item, or NULL after waiting `wait_s` for one (0: no wait, as --spin polls). */
 static item *queue_get(queue *q, double wait_s) {
   pthread_mutex_lock(&q->mu);
-  if (!q->head) {
+  if (!q->head && wait_s > 0) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double t = ts.tv_sec + ts.tv_nsec * 1e-9 + wait_s;
