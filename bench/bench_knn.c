@@ -7,10 +7,13 @@
  *              the two; host API end to end (upload, search, download; wall clock) with, for
  *              reference, upload + centring + SGEMMs; our CPU path on the grid
  *   crossover: k = 1..256 at 1,200 x 2^15, d = 64 — kmin, bitonic and warp forced
- *   chunks:    1,200 queries, references 2^12..2^15, d in {32, 128}, k = 25: device-resident auto
- *              search with the warp queue's chunks at 1024, 2048 and 4096 (the default) references
- * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--case M N D K]
- *   (--quick: small sizes, for a smoke run without a GPU; the others skip parts, for short runs;
+ *   chunks:    1,200 queries, references 2^12..2^15, d in {32, 128}, k = 25: device-resident tiled
+ *              search (auto strategy) with the warp queue's chunks at 1024, 2048 and 4096 (the default) references
+ * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--grid-only] [--fused-sweep]
+ *                  [--case M N D K]
+ *   (--quick: small sizes, for a smoke run without a GPU; the others skip parts, for short runs
+ *   (--grid-only: the grid alone, no large cases, chunks or crossover; --fused-sweep: also the fused path's
+ *   splits at 2, 4 and 8 target blocks per SM, group "fused_splits");
  *   --case: that one case alone, group "probe", e.g. under a profiler) */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +35,7 @@
 #define CROSS_D 64
 #define GRID_DEVICE_REPEATS 20
 #define LARGE_DEVICE_REPEATS 5
-#define FUSED_MAX_REFS 65536 /* the fused path is timed on the grid only (slower; minutes on the large cases) */
+#define FUSED_MAX_REFS 65536 /* the fused path is timed on the grid only (auto takes the tiled path beyond) */
 #define CHUNK_SWEEP_MIN_LOG2 12
 
 typedef struct {
@@ -90,7 +93,8 @@ static void add_stats(cJSON *c, const ss_knn_stats *s) {
 
 #if SS_HAVE_CUDA
 /* Device-resident timings of one case: auto, each path forced (the fused one only where it applies
- * and n is small: it is the slower path), the SGEMM tiles alone, plain and as one CUDA graph.
+ * and n <= FUSED_MAX_REFS, the range where auto considers it), the SGEMM tiles alone, plain and as one
+ * CUDA graph.
  * Returns auto / the faster GEMM. */
 static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t d, int64_t k,
                              int repeats) {
@@ -119,7 +123,9 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
     for (int i = 0; i < 5; i++) {
       o.path = paths[i];
       o.gemm_only = gemm_only[i];
-      if (i == 1 && (ss_knn_candidates(k, ix->n) > SS_KNN_FUSED_MAX_CANDIDATES || ix->n > FUSED_MAX_REFS)) continue;
+      if (i == 1 && (ss_knn_candidates(k, ix->n) > SS_KNN_FUSED_MAX_CANDIDATES || d > SS_KNN_FUSED_MAX_DIM ||
+                     ix->n > FUSED_MAX_REFS))
+        continue;
       if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di, dd, dc, repeats, &t[i], &st) != SS_OK) {
         fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
         t[i] = NAN;
@@ -175,7 +181,7 @@ static void chunk_sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu) {
           ss_params_defaults(&p);
           ss_knn_opts o;
           ss_knn_opts_from_params(&o, &p);
-          o.k = k, o.warp_chunk = chunks[ci];
+          o.k = k, o.warp_chunk = chunks[ci], o.path = SS_KNN_PATH_GEMM; /* the warp queue's knob */
           double t = NAN;
           if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di_, dd, dc, GRID_DEVICE_REPEATS, &t, NULL) != SS_OK)
             fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
@@ -183,6 +189,60 @@ static void chunk_sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu) {
           snprintf(key, sizeof(key), "device_s_chunk%lld", (long long)chunks[ci]);
           cJSON_AddNumberToObject(c, key, t);
           printf("  chunk %lld: %.6f s", (long long)chunks[ci], t);
+        }
+        printf("\n");
+        fflush(stdout);
+      }
+      if (ix) ss_knn_index_free(ix);
+      cudaFree(dq), cudaFree(di_), cudaFree(dd), cudaFree(dc);
+      free(ref), free(q);
+    }
+}
+#endif
+
+#if SS_HAVE_CUDA
+/* The fused path's reference splits (ss_knn_opts.fused_blocks_per_sm: target blocks per SM) on the
+ * grid, device-resident: group "fused_splits" (--fused-sweep). */
+static void fused_sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu) {
+  const int64_t dims[] = {32, 256}, bps[] = {2, 4, 8}, m = GRID_QUERIES, k = GRID_K;
+  for (int di = 0; di < 2; di++)
+    for (int e = 10; e <= 15; e++) {
+      int64_t n = (int64_t)1 << e, d = dims[di];
+      float *ref = random_points(n, d, 1), *q = random_points(m, d, 2), *dq = NULL;
+      int32_t *di_ = NULL;
+      double *dd = NULL;
+      uint8_t *dc = NULL;
+      ss_knn_index *ix = NULL;
+      char name[128];
+      snprintf(name, sizeof(name), "fused_splits_m%lld_n%lld_d%lld_k%lld", (long long)m, (long long)n, (long long)d,
+               (long long)k);
+      if (ref && q && ss_knn_index_create(ctx, gpu, ref, n, d, &ix) == SS_OK &&
+          cudaMalloc((void **)&dq, sizeof(float) * (size_t)(m * d)) == cudaSuccess &&
+          cudaMalloc((void **)&di_, sizeof(int32_t) * (size_t)(m * k)) == cudaSuccess &&
+          cudaMalloc((void **)&dd, sizeof(double) * (size_t)(m * k)) == cudaSuccess &&
+          cudaMalloc((void **)&dc, (size_t)m) == cudaSuccess &&
+          cudaMemcpy(dq, q, sizeof(float) * (size_t)(m * d), cudaMemcpyHostToDevice) == cudaSuccess) {
+        cJSON *c = ss_bench_case(doc, name);
+        cJSON_AddStringToObject(c, "group", "fused_splits");
+        cJSON_AddNumberToObject(c, "queries", (double)m);
+        cJSON_AddNumberToObject(c, "refs", (double)n);
+        cJSON_AddNumberToObject(c, "dim", (double)d);
+        cJSON_AddNumberToObject(c, "k", (double)k);
+        printf("%s:", name);
+        for (int bi = 0; bi < 3; bi++) {
+          ss_params p;
+          ss_params_defaults(&p);
+          ss_knn_opts o;
+          ss_knn_opts_from_params(&o, &p);
+          o.k = k, o.path = SS_KNN_PATH_FUSED, o.fused_blocks_per_sm = bps[bi];
+          double t = NAN;
+          ss_knn_stats st = {0};
+          if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di_, dd, dc, GRID_DEVICE_REPEATS, &t, &st) != SS_OK)
+            fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
+          char key[64];
+          snprintf(key, sizeof(key), "device_s_bps%lld", (long long)bps[bi]);
+          cJSON_AddNumberToObject(c, key, t);
+          printf("  %lld/SM: %.6f s (split %lld)", (long long)bps[bi], t, (long long)st.ref_tile);
         }
         printf("\n");
         fflush(stdout);
@@ -284,7 +344,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *out = "bench/results/knn_ours.json";
-  int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1;
+  int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1, with_large = 1, with_fused_sweep = 0;
   int64_t probe[4] = {0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -293,6 +353,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-cpu")) with_cpu = 0;
     else if (!strcmp(argv[i], "--no-crossover")) with_crossover = 0;
     else if (!strcmp(argv[i], "--no-chunks")) with_chunks = 0;
+    else if (!strcmp(argv[i], "--grid-only")) with_large = with_chunks = with_crossover = 0;
+    else if (!strcmp(argv[i], "--fused-sweep")) with_fused_sweep = 1;
     else out = argv[i];
   }
   ss_ctx ctx;
@@ -328,7 +390,7 @@ int main(int argc, char **argv) {
     }
   if (have_gpu && quick >= 0) {
     const int64_t large_m[] = {100000, 10000};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && with_large; i++) {
       double r = bench_case(&doc, &ctx, g, NULL, "large", quick ? large_m[i] / 100 : large_m[i],
                             quick ? 10000 : 1000000, LARGE_D, LARGE_K, 3, LARGE_DEVICE_REPEATS);
       if (LARGE_K <= 32 && r > max_ratio) max_ratio = r;
@@ -336,6 +398,7 @@ int main(int argc, char **argv) {
     }
 #if SS_HAVE_CUDA
     if (with_chunks && !quick) chunk_sweep(&doc, &ctx, g);
+    if (with_fused_sweep && !quick) fused_sweep(&doc, &ctx, g);
 #endif
     if (with_crossover) {
       int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);

@@ -1,5 +1,5 @@
 /* knn.cu — KNN on the GPU: centred references resident on the device. Two candidate paths:
- *  - tiled (auto): per (query tile, reference tile) a cuBLAS SGEMM writes −2 q·r, a selection kernel
+ *  - tiled: per (query tile, reference tile) a cuBLAS SGEMM writes −2 q·r, a selection kernel
  *    (k-pass minimum, bitonic sort or warp queue) adds the norms and keeps each chunk's K' best, a
  *    merge kernel folds the chunks into the running K' list of each query. With several reference
  *    tiles, GEMMs run on the backend stream and selections on a second stream, double-buffered; with
@@ -9,8 +9,12 @@
  *    K' <= 64 it starts from a seed threshold (warp_seed) instead of warming up. `auto` strategy: the three
  *    timed on the first tile of the first search of each (GPU, n class, K' class), remembered for
  *    the process.
- *  - fused (forced by ss_knn_opts.path, K' <= 64): one kernel computes the distances in registers
- *    and keeps per-query lists in shared memory (k_fused); measured slower than tiled (docs/knn.md).
+ *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): one kernel (k_fused) per (32-query tile,
+ *    reference split) computes the distances with a register micro-tile and selects with the warp
+ *    queue in place, so the distance matrix is never written; then the per-warp finish: two launches,
+ *    replayed as a CUDA graph on repeated calls.
+ * `auto` path: where the fused path applies and n <= 65,536, both paths are timed on the first search
+ * of each size class and the faster is remembered (calibrate_path); the tiled path beyond.
  * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
  * all on the device (k_finish_warp, a warp per query, when K' <= 64; else k_finish, a block per
  * query). ss_knn_cuda_search_device is the device-resident entry (no host sync); ss_knn_cuda_search
@@ -89,8 +93,10 @@ struct knn_dev {
   cudaEvent_t gemm_done[2] = {nullptr, nullptr}, sel_done[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
   cudaEvent_t start = nullptr, done = nullptr; /* join the selection stream to the caller's stream */
   int sm_count = 0;
-  ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau;
-  graph_cache graph, gemm_graph; /* the one-tile search; the benchmark's graph-launched GEMM */
+  ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau, ftau;
+  float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
+  graph_cache graph, gemm_graph, fgraph; /* the one-tile search; the benchmark's graph-launched GEMM; fused */
+  bool calibrating = false; /* auto path choice in progress: plain launches, graph caches untouched */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0, 0};
   search_plan plan = {0, 0, 0, 0, 0, 0};
@@ -265,6 +271,62 @@ __device__ void warp_merge_sorted(float *sv, int *si, int P, int lane) {
   }
 }
 
+/* ---- 64-entry lists in registers: entry e = lane + kWarp h of a warp is (v[h], ix[h]) --------------
+ * Bitonic compare-exchange stages by shuffles (partner lane ^ j; partner distance kWarp swaps a lane's
+ * own two entries): no shared memory and no __syncwarp on the critical path. Entries are distinct by
+ * index except (+inf, kNoIndex) padding, so both partners of a pair take the same decision. */
+constexpr int kRegList = 2 * kWarp;
+
+template <typename V>
+__device__ __forceinline__ void reg_stage(V (&v)[2], int (&ix)[2], int k, int j, int lane) {
+  if (j == kWarp) { /* only in the last merge (k = kRegList): ascending */
+    if (kv_less(v[1], ix[1], v[0], ix[0])) {
+      V tv = v[0];
+      int ti = ix[0];
+      v[0] = v[1], ix[0] = ix[1], v[1] = tv, ix[1] = ti;
+    }
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    bool up = ((lane + kWarp * h) & k) == 0, lower = (lane & j) == 0;
+    V ov = __shfl_xor_sync(kFull, v[h], j);
+    int oi = __shfl_xor_sync(kFull, ix[h], j);
+    bool take = lower == up ? kv_less(ov, oi, v[h], ix[h]) : kv_less(v[h], ix[h], ov, oi);
+    if (take) v[h] = ov, ix[h] = oi;
+  }
+}
+
+/* Sort the 64 entries ascending by (value, index). */
+template <typename V>
+__device__ __forceinline__ void reg_sort64(V (&v)[2], int (&ix)[2], int lane) {
+#pragma unroll
+  for (int k = 2; k <= kRegList; k <<= 1)
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) reg_stage(v, ix, k, j, lane);
+}
+
+/* List (sorted) and buffer (sorted): the list becomes the 64 smallest of both, sorted — the half-cleaner
+ * against the reversed buffer (entry 63 − e sits in lane 31 − lane, the other half) leaves a bitonic
+ * sequence, which log2(64) stages sort. */
+template <typename V>
+__device__ __forceinline__ void reg_merge64(V (&lv)[2], int (&li)[2], const V (&bv)[2], const int (&bi)[2], int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    V ov = __shfl_xor_sync(kFull, bv[1 - h], kWarp - 1);
+    int oi = __shfl_xor_sync(kFull, bi[1 - h], kWarp - 1);
+    if (kv_less(ov, oi, lv[h], li[h])) lv[h] = ov, li[h] = oi;
+  }
+#pragma unroll
+  for (int j = kWarp; j > 0; j >>= 1) reg_stage(lv, li, kRegList, j, lane);
+}
+
+/* Entry e of a register list, for every lane (e uniform). */
+template <typename V>
+__device__ __forceinline__ V reg_get(const V (&v)[2], int e) {
+  return __shfl_sync(kFull, e < kWarp ? v[0] : v[1], e % kWarp);
+}
+
 /* Warp queue layout (P = 2 PL entries, PL = next_pow2(max(K', kWarpBuf))): [0, PL) the sorted list,
  * whose first K' entries are the warp's best; [PL, PL + kWarpBuf) the pending buffer; the rest +inf,
  * never written. A merge sorts only the buffer, then the list followed by the reversed upper half is
@@ -303,19 +365,16 @@ constexpr int kSeedPerLane = 2;
  * chunks a full extra pass would double the selection's memory traffic (the chunks of a grid search
  * do not stay in L2), while the prefix is still in cache when the second pass reads it again. */
 constexpr int kSeedPrefix = 1024;
-__device__ float warp_seed(const float *row, const float *rn, float qn, int len, int Kc, int lane) {
-  float m0 = INFINITY, m1 = INFINITY; /* m0 <= m1: this lane's two smallest */
-  for (int base = 0; base < len; base += kWarp * kWarpUnroll) {
-    float v[kWarpUnroll];
-#pragma unroll
-    for (int u = 0; u < kWarpUnroll; u++) v[u] = warp_value(row, rn, qn, base + u * kWarp + lane, len);
-#pragma unroll
-    for (int u = 0; u < kWarpUnroll; u++) {
-      float hi = fmaxf(m0, v[u]);
-      m0 = fminf(m0, v[u]);
-      m1 = fminf(m1, hi);
-    }
-  }
+/* m0 <= m1: a lane's two smallest values so far */
+__device__ __forceinline__ void seed_push(float &m0, float &m1, float v) {
+  float hi = fmaxf(m0, v);
+  m0 = fminf(m0, v);
+  m1 = fminf(m1, hi);
+}
+
+/* x from every lane's two smallest (m0 <= m1): the K'-th smallest of the warp's 64 values (+inf when
+ * fewer than K' are finite). The same for the warp queue and the fused kernel. */
+__device__ float seed_from_pairs(float m0, float m1, int Kc) {
   int c0 = 0, c1 = 0; /* how many of the 64 values are <= m0, <= m1 */
   for (int src = 0; src < kWarp; src++) {
     float b0 = __shfl_sync(kFull, m0, src), b1 = __shfl_sync(kFull, m1, src);
@@ -325,6 +384,18 @@ __device__ float warp_seed(const float *row, const float *rn, float qn, int len,
   float x = fminf(c0 >= Kc ? m0 : INFINITY, c1 >= Kc ? m1 : INFINITY); /* K'-th = smallest with >= K' below */
   for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
   return x;
+}
+
+__device__ float warp_seed(const float *row, const float *rn, float qn, int len, int Kc, int lane) {
+  float m0 = INFINITY, m1 = INFINITY;
+  for (int base = 0; base < len; base += kWarp * kWarpUnroll) {
+    float v[kWarpUnroll];
+#pragma unroll
+    for (int u = 0; u < kWarpUnroll; u++) v[u] = warp_value(row, rn, qn, base + u * kWarp + lane, len);
+#pragma unroll
+    for (int u = 0; u < kWarpUnroll; u++) seed_push(m0, m1, v[u]);
+  }
+  return seed_from_pairs(m0, m1, Kc);
 }
 
 /* Warp queue: each warp streams its chunk once, kWarpUnroll loads per lane in flight. An element
@@ -441,130 +512,245 @@ __global__ void k_merge(float *run_v, int *run_i, const float *pv, const int *pi
 }
 
 /* ---- fused path: distances and selection in one kernel ------------------------------------------
- * A block owns kFq queries and one split (a contiguous range) of the references. It streams the
- * split in tiles of kFr references: the centred query and reference tiles pass through shared
- * memory kFk dimensions at a time and each thread accumulates a 4 × 8 block of dot products in
- * registers (an SGEMM micro-kernel). ‖r'‖² − 2 q'·r' is the query's approximate distance minus
- * ‖q'‖², a per-query constant that cannot change the order, so it is left out here and added by
- * the finish kernel for the certificate. A value below the query's threshold (the K'-th of its
- * list) is appended to the query's pending buffer in shared memory; a warp merges a buffer that
- * could overflow into the sorted list (bitonic). Each block writes its K' best per query. */
-constexpr int kFq = 64, kFr = 128, kFk = 16;         /* queries, references, dimensions per tile */
-constexpr int kFqPad = kFq + 4, kFrPad = kFr + 4;    /* shared rows, padded against bank conflicts */
-constexpr int kFtq = 4, kFtr = 8;                    /* per-thread block: queries × references */
-constexpr int kFthreads = (kFq / kFtq) * (kFr / kFtr);
-constexpr int kFphase = kFr / 2;                     /* references inserted between merges */
-constexpr int kFlist = 128;                          /* list + pending per query: >= K' + kFphase */
-constexpr int kFminSplit = 512;                      /* fewest references per split */
-static_assert(kFlist >= SS_KNN_FUSED_MAX_CANDIDATES + kFphase, "fused list too short");
-static_assert(kFthreads == 256, "fused thread layout");
+ * Grid: (query tiles of kFq queries) × (reference splits, whole tiles of kFr references each). A block
+ * centres its queries once into shared memory (transposed, zero-padded to dpad = d rounded up to
+ * kFdimStep) and takes their float norms ‖q'‖², then streams its split tile by tile: kFk-dimension
+ * slices of the centred, transposed, zero-padded reference copy (ref_t, dpad × npad, built on the
+ * first fused search) pass through shared memory and each thread accumulates kFtq × kFtr dot products
+ * (its warp's kFtq queries × kFtr consecutive references) in registers, an SGEMM micro-kernel. Warp w
+ * owns queries kFtq w .. kFtq w + kFtq − 1 for the whole block, so the selection needs no block-wide
+ * synchronisation: each value max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) — the tiled path's expression — is
+ * compared in registers with the query's threshold and survivors enter k_select_warp's queue (sorted
+ * 64-entry list + 64 pending entries in shared memory, merged in registers: fused_queue_merge). The
+ * threshold is the list's K'-th, the query's shared threshold (every block's K'-th, atomicMin, as in
+ * the warp queue) and, from the split's first tile on, warp_seed's rank-count seed over that tile
+ * (inclusive, never published).
+ * Each block writes its split's sorted K'-list per query: the chunk lists of the per-warp finish.
+ * Padding references (beyond n) have norm +inf, so they never pass and need no bounds checks. */
+constexpr int kFq = 32, kFr = 128, kFk = 32;        /* queries per block, references per tile, dims per slice */
+constexpr int kFtq = 4, kFtr = 4;                   /* per thread: its warp's queries × consecutive references */
+constexpr int kFthreads = (kFq / kFtq) * kWarp;     /* a warp per kFtq queries */
+constexpr int kFdimStep = 8;                        /* dpad: d rounded up to this (the unrolled inner loop) */
+constexpr int kFlistP = 2 * kWarpBuf;               /* per query: the warp queue's list (64) + pending (64) */
+constexpr int kFslice4 = kFk * kFr / 4 / kFthreads; /* float4 loads per thread per reference slice */
+constexpr int kFqBatch = 8;                         /* query coordinates each lane loads before storing them */
+/* splits per query tile: enough blocks for kFusedBlocksPerSm per SM (the kernel fits 2 per SM), each split
+ * at least kFusedMinSplitTiles tiles (H100 sweep, docs/knn.md: one-tile splits cost more in seeds and
+ * finish merges than their parallelism gains) */
+constexpr int kFusedBlocksPerSm = 4;
+constexpr int kFusedMinSplitTiles = 2;
+static_assert(kFr == kWarp * kFtr, "a warp's lanes cover one reference tile");
+static_assert(kFtq == 4 && kFtr == 4, "float4 shared loads");
+static_assert(kFslice4 * kFthreads * 4 == kFk * kFr && kFthreads / kWarp * kFslice4 == kFk, "slice load layout");
+static_assert(SS_KNN_FUSED_MAX_CANDIDATES <= kWarpBuf, "the fused queue's list holds K'");
+static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0, "fused dimension padding");
 
 struct fused_args {
-  const float *q, *mean, *ref_c, *rnorm;
-  int m, n, d, Kc, split_len, nsplit;
-  float *pv; /* m × nsplit × Kc */
+  const float *q, *mean; /* queries (original coordinates), reference mean */
+  const float *ref_t;    /* dpad × npad centred references, transposed, zero-padded */
+  const float *rn;       /* npad squared centred norms, +inf padding */
+  int64_t npad;
+  int m, d, dpad, Kc, tiles_per_split, ntiles, nsplit;
+  unsigned *tau_bits;    /* m shared thresholds (+inf before the search; the finish resets them) */
+  float *pv;             /* m × nsplit × Kc sorted lists */
   int *pi;
 };
 
-size_t fused_smem() {
-  return (size_t)kFk * (kFqPad + kFrPad) * sizeof(float) + (size_t)kFq * kFlist * (sizeof(float) + sizeof(int)) +
-         (size_t)kFq * (sizeof(float) + sizeof(int));
+size_t fused_smem(int dpad) {
+  return (size_t)dpad * kFq * sizeof(float) + (size_t)kFk * kFr * sizeof(float) +
+         (size_t)kFq * kFlistP * (sizeof(float) + sizeof(int));
 }
 
-/* Merge pending entries into the sorted list of each query whose buffer could overflow during
- * the next phase (all pending ones when `all`); one warp per query. */
-__device__ void fused_merge(float *lv, int *li, float *tau, int *cnt, int Kc, bool all) {
-  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  for (int qq = w; qq < kFq; qq += kFthreads / kWarp) {
-    int c = cnt[qq];
-    if (c == 0 || (!all && c <= kFlist - Kc - kFphase)) continue;
-    float *v = lv + qq * kFlist;
-    int *ix = li + qq * kFlist;
-    for (int t = Kc + c + lane; t < kFlist; t += kWarp) v[t] = INFINITY, ix[t] = kNoIndex;
-    __syncwarp();
-    bitonic_sort<float, true>(v, ix, kFlist, lane, kWarp);
-    if (lane == 0) tau[qq] = v[Kc - 1], cnt[qq] = 0;
-    __syncwarp();
+/* The fused kernel's warp queue (K' <= 64: the layout of warp_queue_merge with P = 128), merged in
+ * registers: the pending entries sorted by reg_sort64, folded into the list by reg_merge64. Not inlined,
+ * like fused_select: the kernel calls them for each of a warp's kFtq queries, and inlined copies of
+ * these unrolled networks overflowed the instruction cache (ncu: ~40 % of the stalls were instruction
+ * fetch). */
+__device__ __noinline__ void fused_queue_merge(float *sv, int *si, int nb, int lane) {
+  __syncwarp();
+  float lv[2], bv[2];
+  int li[2], bi[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int t = lane + kWarp * h;
+    lv[h] = sv[t], li[h] = si[t];
+    bv[h] = t < nb ? sv[kWarpBuf + t] : INFINITY, bi[h] = t < nb ? si[kWarpBuf + t] : kNoIndex;
+  }
+  reg_sort64(bv, bi, lane);
+  reg_merge64(lv, li, bv, bi, lane);
+#pragma unroll
+  for (int h = 0; h < 2; h++) sv[lane + kWarp * h] = lv[h], si[lane + kWarp * h] = li[h];
+  __syncwarp();
+}
+
+/* A query's queue state between tiles: pending entries and threshold. */
+struct fused_queue {
+  int nb;
+  float tau;
+};
+
+/* One query's values of a tile (a lane's kFtr, v4) through its warp queue: on the split's first tile the
+ * seed (>= K' of the tile's values are <= x, warp_seed), then the shared threshold, then the filter. */
+__device__ __noinline__ fused_queue fused_select(float4 v4, int r0, float *sv, int *si, int Kc, fused_queue st,
+                                                 float shared_tau, bool first, unsigned *tau_q, int lane) {
+  const float v[kFtr] = {v4.x, v4.y, v4.z, v4.w};
+  if (first) {
+    float m0 = INFINITY, m1 = INFINITY;
+#pragma unroll
+    for (int c = 0; c < kFtr; c++) seed_push(m0, m1, v[c]);
+    st.tau = nextafterf(seed_from_pairs(m0, m1, Kc), INFINITY); /* v < nextafter(x): v <= x */
+  }
+  st.tau = fminf(st.tau, shared_tau);
+#pragma unroll
+  for (int c = 0; c < kFtr; c++) {
+    bool pass = v[c] < st.tau;
+    unsigned mask = __ballot_sync(kFull, pass);
+    if (!mask) continue;
+    int cnt = __popc(mask);
+    if (st.nb + cnt > kWarpBuf) {
+      fused_queue_merge(sv, si, st.nb, lane);
+      st.nb = 0;
+      st.tau = fminf(st.tau, sv[Kc - 1]);
+      publish_tau(tau_q, sv[Kc - 1], lane);
+      pass = v[c] < st.tau; /* the tighter threshold applies at once */
+      mask = __ballot_sync(kFull, pass);
+      cnt = __popc(mask);
+    }
+    if (pass) {
+      int pos = kWarpBuf + st.nb + __popc(mask & ((1u << lane) - 1u));
+      sv[pos] = v[c];
+      si[pos] = r0 + lane * kFtr + c;
+    }
+    st.nb += cnt;
+  }
+  return st;
+}
+
+/* Slice s of the block's sequence (tile t_begin + s / nk, dimensions (s % nk) kFk ...) into registers:
+ * loaded one slice ahead of the arithmetic, so that the global latency hides behind it. Thread (w, lane)
+ * loads float4 `lane` of rows w + 8u: 512 contiguous bytes per warp. */
+__device__ __forceinline__ void fused_load_slice(const fused_args &a, int t_begin, int nk, int s, int w, int lane,
+                                                 float4 (&pre)[kFslice4]) {
+  int t = t_begin + s / nk, k0 = (s % nk) * kFk;
+#pragma unroll
+  for (int u = 0; u < kFslice4; u++) {
+    int kk = w + u * (kFthreads / kWarp);
+    pre[u] = k0 + kk < a.dpad ? __ldg((const float4 *)(a.ref_t + (int64_t)(k0 + kk) * a.npad + (int64_t)t * kFr) + lane)
+                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
-__global__ void __launch_bounds__(kFthreads) k_fused(fused_args a) {
-  extern __shared__ unsigned char sm_fu[];
-  float *qs = (float *)sm_fu;                 /* [kFk][kFqPad] centred queries */
-  float *rs = qs + kFk * kFqPad;              /* [kFk][kFrPad] centred references */
-  float *lv = rs + kFk * kFrPad;              /* [kFq][kFlist] list values */
-  int *li = (int *)(lv + kFq * kFlist);       /* [kFq][kFlist] list indices */
-  float *tau = (float *)(li + kFq * kFlist);  /* [kFq] threshold */
-  int *cnt = (int *)(tau + kFq);              /* [kFq] pending entries */
-  int tid = threadIdx.x, tx = tid % (kFr / kFtr), ty = tid / (kFr / kFtr);
+__global__ void __launch_bounds__(kFthreads, 2) k_fused(fused_args a) {
+  extern __shared__ __align__(16) unsigned char sm_fu[];
+  float *qs = (float *)sm_fu;            /* [dpad][kFq] centred queries */
+  float *rs = qs + a.dpad * kFq;         /* [kFk][kFr] centred references */
+  float *lv = rs + kFk * kFr;            /* [kFq][kFlistP] queue values */
+  int *li = (int *)(lv + kFq * kFlistP); /* [kFq][kFlistP] queue indices */
+  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp;
   int q0 = blockIdx.x * kFq, split = blockIdx.y;
-  int begin = split * a.split_len, end = min(a.n, begin + a.split_len);
-  for (int t = tid; t < kFq * kFlist; t += kFthreads) lv[t] = INFINITY, li[t] = kNoIndex;
-  for (int t = tid; t < kFq; t += kFthreads) tau[t] = INFINITY, cnt[t] = 0;
-  for (int r0 = begin; r0 < end; r0 += kFr) {
-    float acc[kFtq][kFtr];
+  int t_begin = split * a.tiles_per_split, t_end = min(a.ntiles, t_begin + a.tiles_per_split);
+  for (int k0 = w; k0 < a.dpad; k0 += kFqBatch * (kFthreads / kWarp)) { /* lane = query: conflict-free stores */
+    int q = q0 + lane;
+    float x[kFqBatch]; /* all loads in flight before the stores */
 #pragma unroll
-    for (int i = 0; i < kFtq; i++)
+    for (int u = 0; u < kFqBatch; u++) {
+      int k = k0 + u * (kFthreads / kWarp);
+      x[u] = q < a.m && k < a.d ? a.q[(int64_t)q * a.d + k] - a.mean[k] : 0.0f;
+    }
 #pragma unroll
-      for (int j = 0; j < kFtr; j++) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < a.d; k0 += kFk) {
-      for (int e = tid; e < kFq * kFk; e += kFthreads) {
-        int row = e / kFk, kk = e % kFk, q = q0 + row, j = k0 + kk;
-        qs[kk * kFqPad + row] = q < a.m && j < a.d ? a.q[(int64_t)q * a.d + j] - a.mean[j] : 0.0f;
+    for (int u = 0; u < kFqBatch; u++) {
+      int k = k0 + u * (kFthreads / kWarp);
+      if (k < a.dpad) qs[k * kFq + lane] = x[u];
+    }
+  }
+  for (int t = tid; t < kFq * kFlistP; t += kFthreads) lv[t] = INFINITY, li[t] = kNoIndex;
+  __syncthreads();
+  float qn[kFtq];
+  fused_queue fq[kFtq];
+  bool valid[kFtq];
+#pragma unroll
+  for (int i = 0; i < kFtq; i++) {
+    float s = 0.0f;
+    for (int k = lane; k < a.d; k += kWarp) {
+      float c = qs[k * kFq + w * kFtq + i];
+      s += c * c;
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    qn[i] = s, fq[i] = fused_queue{0, INFINITY}, valid[i] = q0 + w * kFtq + i < a.m;
+  }
+  const float4 *qs4 = (const float4 *)qs;
+  float4 *rs4 = (float4 *)rs;
+  int nk = (a.dpad + kFk - 1) / kFk, nslices = (t_end - t_begin) * nk;
+  float4 pre[kFslice4], rn4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  float shared_tau[kFtq], acc[kFtq][kFtr];
+  fused_load_slice(a, t_begin, nk, 0, w, lane, pre);
+  for (int s = 0; s < nslices; s++) {
+    int t = t_begin + s / nk, k0 = (s % nk) * kFk, kc = min(kFk, a.dpad - k0);
+    int64_t r0 = (int64_t)t * kFr;
+    if (k0 == 0) { /* a new tile: its norms and the shared thresholds load while the slices compute */
+      rn4 = __ldg((const float4 *)(a.rn + r0) + lane);
+#pragma unroll
+      for (int i = 0; i < kFtq; i++) {
+        shared_tau[i] = valid[i] ? __uint_as_float(__ldcg(&a.tau_bits[q0 + w * kFtq + i])) : INFINITY;
+#pragma unroll
+        for (int c = 0; c < kFtr; c++) acc[i][c] = 0.0f;
       }
-      for (int e = tid; e < kFr * kFk; e += kFthreads) {
-        int row = e / kFk, kk = e % kFk, r = r0 + row, j = k0 + kk;
-        rs[kk * kFrPad + row] = r < end && j < a.d ? a.ref_c[(int64_t)r * a.d + j] : 0.0f;
-      }
-      __syncthreads();
+    }
+    __syncthreads(); /* the previous slice is consumed */
 #pragma unroll
-      for (int kk = 0; kk < kFk; kk++) {
-        float4 qv = *(const float4 *)&qs[kk * kFqPad + ty * kFtq];
-        float4 r_lo = *(const float4 *)&rs[kk * kFrPad + tx * 4];
-        float4 r_hi = *(const float4 *)&rs[kk * kFrPad + kFphase + tx * 4];
-        const float qa[kFtq] = {qv.x, qv.y, qv.z, qv.w};
-        const float ra[kFtr] = {r_lo.x, r_lo.y, r_lo.z, r_lo.w, r_hi.x, r_hi.y, r_hi.z, r_hi.w};
+    for (int u = 0; u < kFslice4; u++) rs4[(w + u * (kFthreads / kWarp)) * (kFr / 4) + lane] = pre[u];
+    __syncthreads();
+    if (s + 1 < nslices) fused_load_slice(a, t_begin, nk, s + 1, w, lane, pre);
+    for (int kk = 0; kk < kc; kk += kFdimStep) {
+#pragma unroll
+      for (int u = 0; u < kFdimStep; u++) {
+        float4 qv = qs4[(k0 + kk + u) * (kFq / 4) + w]; /* the same address across the warp: broadcast */
+        float4 rv = rs4[(kk + u) * (kFr / 4) + lane];
+        const float qa[kFtq] = {qv.x, qv.y, qv.z, qv.w}, ra[kFtr] = {rv.x, rv.y, rv.z, rv.w};
 #pragma unroll
         for (int i = 0; i < kFtq; i++)
 #pragma unroll
-          for (int j = 0; j < kFtr; j++) acc[i][j] = fmaf(qa[i], ra[j], acc[i][j]);
+          for (int c = 0; c < kFtr; c++) acc[i][c] = fmaf(qa[i], ra[c], acc[i][c]);
       }
-      __syncthreads();
     }
-    /* two phases (low then high half of the tile) so that a pending buffer never overflows */
+    if (k0 + kc < a.dpad) continue; /* the tile's last slice: select */
+    const float rn[kFtr] = {rn4.x, rn4.y, rn4.z, rn4.w};
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float th[kFtq];
+    for (int i = 0; i < kFtq; i++) {
+      if (!valid[i]) continue; /* uniform across the warp */
+      int qq = w * kFtq + i;
+      float v[kFtr];
 #pragma unroll
-      for (int i = 0; i < kFtq; i++) th[i] = q0 + ty * kFtq + i < a.m ? tau[ty * kFtq + i] : -INFINITY;
-#pragma unroll
-      for (int c = 0; c < 4; c++) {
-        int r = r0 + h * kFphase + tx * 4 + c;
-        float rn = r < end ? a.rnorm[r] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < kFtq; i++) {
-          int qq = ty * kFtq + i;
-          float v = rn - 2.0f * acc[i][h * 4 + c];
-          if (r < end && v < th[i]) {
-            int pos = a.Kc + atomicAdd(&cnt[qq], 1);
-            lv[qq * kFlist + pos] = v;
-            li[qq * kFlist + pos] = r;
-          }
-        }
-      }
-      __syncthreads();
-      fused_merge(lv, li, tau, cnt, a.Kc, false);
-      __syncthreads();
+      for (int c = 0; c < kFtr; c++) v[c] = fmaxf(qn[i] + rn[c] + -2.0f * acc[i][c], 0.0f);
+      fq[i] = fused_select(make_float4(v[0], v[1], v[2], v[3]), (int)r0, lv + qq * kFlistP, li + qq * kFlistP, a.Kc,
+                           fq[i], shared_tau[i], t == t_begin, a.tau_bits + q0 + qq, lane);
     }
   }
-  fused_merge(lv, li, tau, cnt, a.Kc, true);
-  __syncthreads();
-  for (int e = tid; e < kFq * a.Kc; e += kFthreads) {
-    int qq = e / a.Kc, t = e % a.Kc, q = q0 + qq;
-    if (q >= a.m) continue;
-    int64_t o = ((int64_t)q * a.nsplit + split) * a.Kc + t;
-    a.pv[o] = lv[qq * kFlist + t];
-    a.pi[o] = li[qq * kFlist + t];
+#pragma unroll
+  for (int i = 0; i < kFtq; i++) {
+    if (!valid[i]) continue;
+    int qq = w * kFtq + i;
+    float *sv = lv + qq * kFlistP;
+    int *si = li + qq * kFlistP;
+    if (fq[i].nb) {
+      fused_queue_merge(sv, si, fq[i].nb, lane);
+      publish_tau(a.tau_bits + q0 + qq, sv[a.Kc - 1], lane);
+    }
+    __syncwarp();
+    int64_t o = ((int64_t)(q0 + qq) * a.nsplit + split) * a.Kc;
+    for (int t = lane; t < a.Kc; t += kWarp) a.pv[o + t] = sv[t], a.pi[o + t] = si[t];
+  }
+}
+
+/* ref_t (dpad × npad: centred references transposed, zeros beyond d and n) and rn (npad norms, +inf
+ * beyond n): the fused kernel's coalesced, bounds-free view of the references. */
+__global__ void k_fused_refs(const float *ref_c, const float *norm, int64_t n, int d, int dpad, int64_t npad,
+                             float *ref_t, float *rn) {
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (int64_t)dpad * npad;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    int64_t k = t / npad, r = t % npad;
+    ref_t[t] = k < d && r < n ? ref_c[r * d + k] : 0.0f;
+    if (k == 0) rn[r] = r < n ? norm[r] : INFINITY;
   }
 }
 
@@ -581,8 +767,9 @@ struct finish_args {
   int64_t n;
   int d, L, Kc, k;
   int P1, Ps, P2;      /* candidate sort (>= L), exact sort (>= K'), exact buffer (>= Ps, scan size) */
-  int add_qnorm;       /* candidate values lack ‖q'‖² (fused path) */
+  int vec4;            /* query and reference rows are 16-byte aligned (float4 loads) */
   double ref_norm_max;
+  unsigned *reset_tau; /* may be NULL: shared thresholds set back to +inf for the next search (fused) */
   int *out_i;
   double *out_d;
   uint8_t *cert;
@@ -660,7 +847,7 @@ __global__ void k_finish(finish_args a) {
   }
   __syncthreads();
   bitonic_sort<double, false>(sd, si, a.Ps, threadIdx.x, blockDim.x);
-  double approx_last = (double)cv[a.Kc - 1] + (a.add_qnorm ? s_qn : 0.0);
+  double approx_last = (double)cv[a.Kc - 1];
   double bound = ss_knn_error_bound(a.d, sqrt(s_qn), a.ref_norm_max);
   bool ok = (int64_t)a.Kc >= a.n || approx_last - bound > sd[a.k - 1];
   if (!ok) finish_exact_scan(a, qrow, sd, si, a.P2);
@@ -668,78 +855,157 @@ __global__ void k_finish(finish_args a) {
     a.out_i[(int64_t)qq * a.k + t] = si[t];
     if (a.out_d) a.out_d[(int64_t)qq * a.k + t] = sd[t];
   }
-  if (threadIdx.x == 0) a.cert[qq] = ok;
+  if (threadIdx.x == 0) {
+    a.cert[qq] = ok;
+    if (a.reset_tau) a.reset_tau[qq] = kInfBits;
+  }
+}
+
+/* The exact distances of NC reference rows to one query row: ss_knn_exact_dist's operations in its
+ * order (bit-identical), with the loads taken off the dependent double chains — each row is read in
+ * blocks of kExBlk coordinates (float4 where aligned), the next block loaded before the current one is
+ * summed — and the NC chains interleaved. */
+constexpr int kExBlk = 16;
+__device__ __forceinline__ void ex_load(const float *p, bool v4, float (&x)[kExBlk]) {
+  if (v4) {
+#pragma unroll
+    for (int h = 0; h < kExBlk / 4; h++) {
+      float4 f = __ldg((const float4 *)p + h);
+      x[4 * h] = f.x, x[4 * h + 1] = f.y, x[4 * h + 2] = f.z, x[4 * h + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int u = 0; u < kExBlk; u++) x[u] = __ldg(p + u);
+  }
+}
+
+template <int NC>
+__device__ void exact_dists(const float *q, const float *const (&rows)[NC], int d, bool v4, double (&s)[NC]) {
+  int nblk = d / kExBlk;
+  float cq[kExBlk], cr[NC][kExBlk];
+#pragma unroll
+  for (int c = 0; c < NC; c++) s[c] = 0.0;
+  if (nblk > 0) {
+    ex_load(q, v4, cq);
+#pragma unroll
+    for (int c = 0; c < NC; c++) ex_load(rows[c], v4, cr[c]);
+  }
+  for (int b = 0; b < nblk; b++) {
+    int next = (b + 1 < nblk ? b + 1 : b) * kExBlk; /* the last block reloads itself: no branch */
+    float nq[kExBlk], nr[NC][kExBlk];
+    ex_load(q + next, v4, nq);
+#pragma unroll
+    for (int c = 0; c < NC; c++) ex_load(rows[c] + next, v4, nr[c]);
+#pragma unroll
+    for (int u = 0; u < kExBlk; u++)
+#pragma unroll
+      for (int c = 0; c < NC; c++) {
+        double t = __dsub_rn((double)cq[u], (double)cr[c][u]);
+        s[c] = __dadd_rn(s[c], __dmul_rn(t, t));
+      }
+#pragma unroll
+    for (int u = 0; u < kExBlk; u++) {
+      cq[u] = nq[u];
+#pragma unroll
+      for (int c = 0; c < NC; c++) cr[c][u] = nr[c][u];
+    }
+  }
+  for (int j = nblk * kExBlk; j < d; j++)
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+      double t = __dsub_rn((double)q[j], (double)rows[c][j]);
+      s[c] = __dadd_rn(s[c], __dmul_rn(t, t));
+    }
+}
+
+/* Lane's entries (lane, lane + kWarp) of sorted list c of a query's candidate lists (K' <= 2 kWarp). */
+__device__ __forceinline__ void fetch_list(const float *gv, const int *gi, int c, int Kc, int lane, float (&v)[2],
+                                           int (&ix)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int t = lane + h * kWarp;
+    v[h] = t < Kc ? gv[(int64_t)c * Kc + t] : INFINITY;
+    ix[h] = t < Kc ? gi[(int64_t)c * Kc + t] : kNoIndex;
+  }
 }
 
 /* ---- finish, one warp per query (K' <= kFinList) -------------------------------------------------
- * The same answer as k_finish, without block-wide sorts: every input list (a chunk's, a split's or the
- * running list) is already sorted by (value, index), so the warp folds them into one K' list with
- * warp_merge_sorted (skipping lists whose best cannot enter); the K' exact distances (one per lane,
- * the fixed-order double sum) are sorted by a warp bitonic sort of next_pow2(K') <= 64 entries. A
- * query without the certificate is flagged, and after a block barrier the block's four warps scan
- * the flagged queries one after another with finish_exact_scan (the fallback of k_finish). */
-constexpr int kFinList = 64;  /* PL: the merged list's length; K' <= this */
-constexpr int kFinWarps = 4;  /* queries per block */
-constexpr size_t kFinWarpBytes = (size_t)kFinList * (sizeof(double) + sizeof(int)) +
-                                 (size_t)2 * kFinList * (sizeof(float) + sizeof(int));
+ * The same answer as k_finish, without block-wide sorts and without shared memory: every input list (a
+ * chunk's, a split's or the running list) is already sorted by (value, index), so the warp folds them
+ * into one 64-entry list held in registers (reg_merge64, skipping lists whose best cannot enter; the
+ * next list's loads are in flight during a merge); the K' exact distances (lane t: candidates t and
+ * t + 32, exact_dists) are sorted in registers (reg_sort64). A query without the certificate is
+ * flagged, and after a block barrier the block's four warps scan the flagged queries one after another
+ * with finish_exact_scan (the fallback of k_finish, in shared memory). */
+constexpr int kFinList = kRegList; /* the merged list's length; K' <= this */
+constexpr int kFinWarps = 4;       /* queries per block */
 
-size_t finish_warp_smem(int P2) {
-  size_t per_warps = kFinWarps * kFinWarpBytes, scan = (size_t)P2 * (sizeof(double) + sizeof(int));
-  return per_warps > scan ? per_warps : scan; /* the scan buffer reuses the warps' space */
-}
+size_t finish_warp_smem(int P2) { return (size_t)P2 * (sizeof(double) + sizeof(int)); }
 
 __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a, int64_t m) {
   extern __shared__ __align__(16) unsigned char sm_fw[];
   __shared__ int need_scan[kFinWarps];
-  constexpr int PL = kFinList, P = 2 * kFinList;
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int64_t qq = (int64_t)blockIdx.x * kFinWarps + w;
-  double *sd = (double *)(sm_fw + (size_t)w * kFinWarpBytes);
-  int *si = (int *)(sd + PL);
-  float *lv = (float *)(si + PL);
-  int *li = (int *)(lv + P);
   bool scan = false;
   if (qq < m) { /* the whole warp: qq is uniform */
     const float *qrow = a.q + qq * a.d, *gv = a.cand_v + qq * a.L;
     const int *gi = a.cand_i + qq * a.L;
-    for (int t = lane; t < PL; t += kWarp) lv[t] = t < a.Kc ? gv[t] : INFINITY, li[t] = t < a.Kc ? gi[t] : kNoIndex;
-    __syncwarp();
-    for (int c = 1; c < a.L / a.Kc; c++) {
-      const float *bv = gv + (int64_t)c * a.Kc;
-      const int *bi = gi + (int64_t)c * a.Kc;
-      if (!kv_less(bv[0], bi[0], lv[a.Kc - 1], li[a.Kc - 1])) continue; /* nothing in it can enter */
-      for (int t = lane; t < PL; t += kWarp)
-        lv[PL + t] = t < a.Kc ? bv[t] : INFINITY, li[PL + t] = t < a.Kc ? bi[t] : kNoIndex;
-      __syncwarp();
-      warp_merge_sorted(lv, li, P, lane);
+    int nl = a.L / a.Kc;
+    float lv[2], cv[2], nv[2]; /* the merged list, the list being merged, the next one (registers) */
+    int li[2], ci[2], ni[2];
+    fetch_list(gv, gi, 0, a.Kc, lane, lv, li);
+    fetch_list(gv, gi, nl > 1 ? 1 : 0, a.Kc, lane, nv, ni); /* one list ahead: its loads overlap a merge */
+    for (int c = 1; c < nl; c++) {
+      cv[0] = nv[0], cv[1] = nv[1], ci[0] = ni[0], ci[1] = ni[1];
+      if (c + 1 < nl) fetch_list(gv, gi, c + 1, a.Kc, lane, nv, ni);
+      if (!kv_less(reg_get(cv, 0), reg_get(ci, 0), reg_get(lv, a.Kc - 1), reg_get(li, a.Kc - 1)))
+        continue; /* nothing in it can enter */
+      reg_merge64(lv, li, cv, ci, lane);
     }
     double qn = 0.0; /* ‖q'‖² as k_finish computes it */
+#pragma unroll 4
     for (int j = lane; j < a.d; j += kWarp) {
       double c = (double)(qrow[j] - a.mean[j]);
       qn += c * c;
     }
     for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
-    for (int t = lane; t < a.Ps; t += kWarp) {
-      int r = t < a.Kc ? li[t] : kNoIndex;
-      sd[t] = r == kNoIndex ? (double)INFINITY : ss_knn_exact_dist(qrow, a.ref + (int64_t)r * a.d, a.d);
-      si[t] = r;
+    int r0 = lane < a.Kc ? li[0] : kNoIndex, r1 = lane + kWarp < a.Kc ? li[1] : kNoIndex;
+    const float *row0 = r0 == kNoIndex ? qrow : a.ref + (int64_t)r0 * a.d; /* a missing row: any valid row */
+    const float *row1 = r1 == kNoIndex ? qrow : a.ref + (int64_t)r1 * a.d;
+    double sd[2] = {(double)INFINITY, (double)INFINITY};
+    int si[2] = {r0, r1};
+    if (a.Kc > kWarp) { /* two candidates per lane, chains interleaved */
+      const float *const rows[2] = {row0, row1};
+      double e[2];
+      exact_dists<2>(qrow, rows, a.d, a.vec4, e);
+      if (r1 != kNoIndex) sd[1] = e[1];
+      if (r0 != kNoIndex) sd[0] = e[0];
+    } else {
+      const float *const rows[1] = {row0};
+      double e[1];
+      exact_dists<1>(qrow, rows, a.d, a.vec4, e);
+      if (r0 != kNoIndex) sd[0] = e[0];
     }
-    __syncwarp();
-    bitonic_sort<double, true>(sd, si, a.Ps, lane, kWarp);
-    double approx_last = (double)lv[a.Kc - 1] + (a.add_qnorm ? qn : 0.0);
+    reg_sort64(sd, si, lane);
+    double approx_last = (double)reg_get(lv, a.Kc - 1);
     double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
-    scan = !((int64_t)a.Kc >= a.n || approx_last - bound > sd[a.k - 1]);
+    scan = !((int64_t)a.Kc >= a.n || approx_last - bound > reg_get(sd, a.k - 1));
     if (!scan) {
-      for (int t = lane; t < a.k; t += kWarp) {
-        a.out_i[qq * a.k + t] = si[t];
-        if (a.out_d) a.out_d[qq * a.k + t] = sd[t];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        int t = lane + kWarp * h;
+        if (t >= a.k) continue;
+        a.out_i[qq * a.k + t] = si[h];
+        if (a.out_d) a.out_d[qq * a.k + t] = sd[h];
       }
       if (lane == 0) a.cert[qq] = 1;
     }
+    if (a.reset_tau && lane == 0) a.reset_tau[qq] = kInfBits;
   }
   if (lane == 0) need_scan[w] = scan;
   __syncthreads();
-  double *bd = (double *)sm_fw; /* the warps' lists are dead now */
+  double *bd = (double *)sm_fw; /* the block's fallback scan buffer */
   int *bi = (int *)(bd + a.P2);
   for (int v = 0; v < kFinWarps; v++) {
     if (!need_scan[v]) continue; /* uniform across the block */
@@ -823,7 +1089,7 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
 
 size_t ws_held(const knn_dev *dv) {
   const ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau};
+                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau};
   size_t s = 0;
   for (const ws_buf *x : b) s += x->bytes;
   return s;
@@ -1001,14 +1267,15 @@ struct finish_out {
 };
 
 ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, const float *d_query, int64_t m,
-                        const float *cand_v, const int *cand_i, int L, int Kc, int k, int add_qnorm,
+                        const float *cand_v, const int *cand_i, int L, int Kc, int k, unsigned *reset_tau,
                         const finish_out &out, cudaStream_t s) {
   finish_args a;
   a.q = d_query, a.mean = dv->mean, a.ref = dv->ref, a.cand_v = cand_v, a.cand_i = cand_i;
   a.n = ix->n, a.d = (int)ix->d, a.L = L, a.Kc = Kc, a.k = k;
   a.P1 = next_pow2(L), a.Ps = next_pow2(Kc);
   a.P2 = a.Ps > finish_scan_size(k) ? a.Ps : finish_scan_size(k);
-  a.add_qnorm = add_qnorm, a.ref_norm_max = ix->ref_norm_max;
+  a.ref_norm_max = ix->ref_norm_max, a.reset_tau = reset_tau;
+  a.vec4 = ix->d % 4 == 0 && (uintptr_t)d_query % 16 == 0; /* the reference rows are then aligned too */
   a.out_i = out.idx, a.out_d = out.dist, a.cert = out.cert;
   if (Kc <= kFinList) /* every input list is sorted: a warp per query merges them */
     k_finish_warp<<<(unsigned)ceil_div(m, kFinWarps), kFinWarps * kWarp, finish_warp_smem(a.P2), s>>>(a, m);
@@ -1036,10 +1303,10 @@ ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float 
       int nch, chunk;
       plan_chunks(strategy, Qt, n, r.p.wchunk, &nch, &chunk);
       SS_TRY(launch_finish(ctx, r.ix, r.dv, d_query + q0 * d, Qt, (const float *)r.dv->part_v.p,
-                           (const int *)r.dv->part_i.p, nch * r.p.Kc, r.p.Kc, r.p.k, 0, o, r.s1));
+                           (const int *)r.dv->part_i.p, nch * r.p.Kc, r.p.Kc, r.p.k, nullptr, o, r.s1));
     } else {
       SS_TRY(launch_finish(ctx, r.ix, r.dv, d_query + q0 * d, Qt, (const float *)r.dv->run_v.p,
-                           (const int *)r.dv->run_i.p, r.p.Kc, r.p.Kc, r.p.k, 0, o, r.s1));
+                           (const int *)r.dv->run_i.p, r.p.Kc, r.p.Kc, r.p.k, nullptr, o, r.s1));
     }
   }
   return SS_OK;
@@ -1049,8 +1316,10 @@ bool same_key(const graph_key &a, const graph_key &b) { return !memcmp(&a, &b, s
 
 /* Run `launch` on stream s through the cache's graph (see graph_cache); *graphed: it ran as a graph. */
 template <typename F>
-ss_status graph_run(ss_ctx *ctx, graph_cache &g, const graph_key &key, cudaStream_t s, F launch, bool *graphed) {
+ss_status graph_run(ss_ctx *ctx, graph_cache &g, bool calibrating, const graph_key &key, cudaStream_t s, F launch,
+                    bool *graphed) {
   *graphed = false;
+  if (calibrating) return launch();
   if (!g.off && g.exec && same_key(key, g.key)) {
     SS_CUDA_TRY(ctx, cudaGraphLaunch(g.exec, s));
     *graphed = true;
@@ -1130,7 +1399,8 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     auto gemms = [&]() { return run_tiles(ctx, r, SS_KNN_AUTO, d_query, m, 1, out); };
     if (o->gemm_only != SS_KNN_GEMM_ONLY_GRAPH) return gemms();
     bool graphed;
-    SS_TRY(graph_run(ctx, r.dv->gemm_graph, tiled_key(r, d_query, m, SS_KNN_AUTO, 1, out), r.s0, gemms, &graphed));
+    graph_key gkey = tiled_key(r, d_query, m, SS_KNN_AUTO, 1, out);
+    SS_TRY(graph_run(ctx, r.dv->gemm_graph, r.dv->calibrating, gkey, r.s0, gemms, &graphed));
     if (stats) stats->graph = graphed;
     return SS_OK;
   }
@@ -1154,7 +1424,9 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     return run_tiles(ctx, r, strategy, d_query, m, 0, out);
   };
   bool graphed = false;
-  if (r.direct) SS_TRY(graph_run(ctx, r.dv->graph, tiled_key(r, d_query, m, strategy, 0, out), r.s0, search, &graphed));
+  if (r.direct)
+    SS_TRY(graph_run(ctx, r.dv->graph, r.dv->calibrating, tiled_key(r, d_query, m, strategy, 0, out), r.s0, search,
+                     &graphed));
   else SS_TRY(search());
   if (r.s1 != r.s0) {
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->done, r.s1));
@@ -1169,50 +1441,115 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   return SS_OK;
 }
 
-/* Splits of the references per query tile: enough blocks for kFusedBlocksPerSm blocks per SM, each
- * split at least kFminSplit references (a whole number of tiles), all splits' lists together at most
- * SS_KNN_GPU_MAX_CANDIDATES per query. */
-constexpr int kFusedBlocksPerSm = 2;
-void fused_plan(const knn_dev *dv, int64_t m, int64_t n, int Kc, int *nsplit, int *split_len) {
-  int64_t qtiles = ceil_div(m, kFq), want = ceil_div((int64_t)kFusedBlocksPerSm * dv->sm_count, qtiles);
-  int64_t most = n / kFminSplit > 1 ? n / kFminSplit : 1, ns = want < most ? want : most;
-  if (ns > SS_KNN_GPU_MAX_CANDIDATES / Kc) ns = SS_KNN_GPU_MAX_CANDIDATES / Kc; /* the finish kernel's limit */
+/* Splits of the references per query tile (whole tiles each): enough blocks for kFusedBlocksPerSm per
+ * SM, at most one per tile, all splits' lists together at most SS_KNN_GPU_MAX_CANDIDATES per query. */
+void fused_plan(const knn_dev *dv, int64_t m, int64_t n, int Kc, int64_t blocks_per_sm, fused_args *a) {
+  int64_t ntiles = ceil_div(n, kFr), qtiles = ceil_div(m, kFq);
+  int64_t ns = ceil_div((blocks_per_sm > 0 ? blocks_per_sm : kFusedBlocksPerSm) * dv->sm_count, qtiles);
+  if (ns > ntiles / kFusedMinSplitTiles) ns = ntiles / kFusedMinSplitTiles;
+  if (ns > SS_KNN_GPU_MAX_CANDIDATES / Kc) ns = SS_KNN_GPU_MAX_CANDIDATES / Kc;
   if (ns < 1) ns = 1;
-  *split_len = (int)(ceil_div(ceil_div(n, ns), kFr) * kFr);
-  *nsplit = (int)ceil_div(n, *split_len);
+  a->ntiles = (int)ntiles;
+  a->tiles_per_split = (int)ceil_div(ntiles, ns);
+  a->nsplit = (int)ceil_div(ntiles, a->tiles_per_split);
 }
 
-/* The fused path: one distance-and-selection kernel, then the finish kernel, both on the backend
- * stream. */
+/* The fused kernel's reference view, built once per index on the first fused search. */
+ss_status fused_refs(ss_ctx *ctx, const ss_knn_index *ix, knn_dev *dv, int dpad, int64_t npad, cudaStream_t s) {
+  if (dv->ref_t) return SS_OK;
+  SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_t, (int64_t)dpad * npad, "KNN transposed references"));
+  SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_tn, npad, "KNN padded reference norms"));
+  int64_t count = (int64_t)dpad * npad, blocks = ceil_div(count, kThreads);
+  unsigned grid = (unsigned)(blocks < 65535 ? blocks : 65535);
+  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, (int)ix->d, dpad, npad, dv->ref_t, dv->ref_tn);
+  SS_CUDA_TRY_LAUNCH(ctx, "knn fused reference view");
+  return SS_OK;
+}
+
+/* The fused path: the distance-and-selection kernel, then the per-warp finish (which also resets the
+ * shared thresholds), both on the backend stream; repeated calls with the same key replay them as a
+ * CUDA graph (graph_run). */
 ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                        const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
   fused_args a;
-  fused_plan(dv, m, ix->n, Kc, &a.nsplit, &a.split_len);
-  size_t lists = (size_t)m * (size_t)a.nsplit * (size_t)Kc;
+  a.dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep);
+  a.npad = ceil_div(ix->n, kFr) * kFr;
+  fused_plan(dv, m, ix->n, Kc, o->fused_blocks_per_sm, &a);
+  SS_TRY(fused_refs(ctx, ix, dv, a.dpad, a.npad, s));
+  size_t lists = (size_t)m * (size_t)a.nsplit * (size_t)Kc, tau_bytes = dv->ftau.bytes;
   SS_TRY(ws_ensure(ctx, &dv->part_v, lists * sizeof(float), "KNN partial lists"));
   SS_TRY(ws_ensure(ctx, &dv->part_i, lists * sizeof(int), "KNN partial lists"));
-  a.q = d_query, a.mean = dv->mean, a.ref_c = dv->ref_c, a.rnorm = dv->ref_norm;
-  a.m = (int)m, a.n = (int)ix->n, a.d = (int)ix->d, a.Kc = Kc;
+  SS_TRY(ws_ensure(ctx, &dv->ftau, (size_t)m * sizeof(unsigned), "KNN shared thresholds"));
+  if (dv->ftau.bytes != tau_bytes) { /* new buffer: +inf once; after that every finish resets it */
+    int64_t count = (int64_t)(dv->ftau.bytes / sizeof(unsigned));
+    k_reset_tau<<<(unsigned)ceil_div(count, kThreads), kThreads, 0, s>>>((unsigned *)dv->ftau.p, count);
+    SS_CUDA_TRY_LAUNCH(ctx, "knn threshold reset");
+  }
+  a.q = d_query, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn;
+  a.m = (int)m, a.d = (int)ix->d, a.Kc = Kc;
+  a.tau_bits = (unsigned *)dv->ftau.p;
   a.pv = (float *)dv->part_v.p, a.pi = (int *)dv->part_i.p;
   dim3 grid((unsigned)ceil_div(m, kFq), (unsigned)a.nsplit);
-  k_fused<<<grid, kFthreads, fused_smem(), s>>>(a);
-  SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances and selection");
-  SS_TRY(launch_finish(ctx, ix, dv, d_query, m, a.pv, a.pi, a.nsplit * Kc, Kc, (int)o->k, 1, out, s));
+  auto launch = [&]() -> ss_status {
+    k_fused<<<grid, kFthreads, fused_smem(a.dpad), s>>>(a);
+    SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances and selection");
+    return launch_finish(ctx, ix, dv, d_query, m, a.pv, a.pi, a.nsplit * Kc, Kc, (int)o->k, a.tau_bits, out, s);
+  };
+  graph_key key;
+  memset(&key, 0, sizeof(key));
+  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->part_v.p, dv->part_i.p, dv->ftau.p, dv->ref_t};
+  static_assert(sizeof(p) / sizeof(p[0]) <= sizeof(key.ptr) / sizeof(key.ptr[0]), "graph key pointers");
+  memcpy(key.ptr, p, sizeof(p));
+  const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k, a.nsplit};
+  memcpy(key.val, v, sizeof(v));
+  bool graphed = false;
+  SS_TRY(graph_run(ctx, dv->fgraph, dv->calibrating, key, s, launch, &graphed));
   if (stats) {
-    stats->strategy = SS_KNN_WARP; /* the fused kernel selects with a per-query queue */
+    stats->strategy = SS_KNN_WARP; /* the fused kernel selects with the warp queue */
     stats->query_tile = kFq;
-    stats->ref_tile = a.split_len;
+    stats->ref_tile = (int64_t)a.tiles_per_split * kFr;
+    stats->graph = graphed;
   }
   return SS_OK;
 }
 
-int choose_path(const ss_knn_opts *o, int64_t m, int64_t n, int64_t Kc) {
-  if (o->path == SS_KNN_PATH_FUSED && Kc <= SS_KNN_FUSED_MAX_CANDIDATES) return SS_KNN_PATH_FUSED;
-  if (o->path != SS_KNN_PATH_AUTO || o->strategy != SS_KNN_AUTO || o->gemm_only) return SS_KNN_PATH_GEMM;
-  (void)m, (void)n; /* measured (docs/knn.md): the tiled path is faster at every benchmarked size */
-  return SS_KNN_PATH_GEMM;
+/* auto: where the fused path applies (K' <= SS_KNN_FUSED_MAX_CANDIDATES, d <= SS_KNN_FUSED_MAX_DIM, n <=
+ * kFusedAutoMaxRefs), the faster of the two paths, measured on the first search of each (GPU, n, d, m,
+ * K') class (log2 classes) and remembered for the process, like the strategy; the tiled path beyond
+ * (the large cases, where the SGEMM's efficiency wins and a fused calibration would cost seconds). */
+constexpr int64_t kFusedAutoMaxRefs = 65536;
+constexpr int kPathCalibRepeats = 2; /* timed runs per path after a warm-up; the fastest counts */
+struct path_slot {
+  int device, n_class, d_class, m_class, kc_class, path;
+};
+std::mutex g_path_mu;
+path_slot g_path[kCalibSlots];
+int g_npath = 0;
+
+path_slot path_class(const ss_knn_index *ix, int64_t m, int64_t Kc) {
+  return path_slot{ss_cuda_of(ix->be)->device, log2_floor(ix->n), log2_floor(next_pow2(ix->d)),
+                   log2_floor(next_pow2(m)), log2_floor(next_pow2(Kc)), SS_KNN_PATH_AUTO};
+}
+
+bool same_class(const path_slot &a, const path_slot &b) {
+  return a.device == b.device && a.n_class == b.n_class && a.d_class == b.d_class && a.m_class == b.m_class &&
+         a.kc_class == b.kc_class;
+}
+
+/* The path before calibration: forced, or what auto knows; SS_KNN_PATH_AUTO when auto must measure. */
+int choose_path(const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t Kc) {
+  bool fusable = Kc <= SS_KNN_FUSED_MAX_CANDIDATES && ix->d <= SS_KNN_FUSED_MAX_DIM;
+  if (o->gemm_only) return SS_KNN_PATH_GEMM;
+  if (o->path == SS_KNN_PATH_FUSED && fusable) return SS_KNN_PATH_FUSED;
+  if (o->path != SS_KNN_PATH_AUTO || o->strategy != SS_KNN_AUTO || !fusable || ix->n > kFusedAutoMaxRefs)
+    return SS_KNN_PATH_GEMM;
+  path_slot c = path_class(ix, m, Kc);
+  std::lock_guard<std::mutex> lock(g_path_mu);
+  for (int i = 0; i < g_npath; i++)
+    if (same_class(g_path[i], c)) return g_path[i].path;
+  return SS_KNN_PATH_AUTO;
 }
 
 ss_status check_opts(ss_ctx *ctx, const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t *Kc) {
@@ -1271,7 +1608,8 @@ extern "C" ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix) {
   int pmax = next_pow2(SS_KNN_GPU_MAX_CANDIDATES), scan = finish_scan_size(SS_KNN_GPU_MAX_CANDIDATES);
   SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_finish, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)finish_smem(pmax + 1, pmax > scan ? pmax : scan)));
-  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_fused, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)fused_smem()));
+  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)fused_smem(SS_KNN_FUSED_MAX_DIM)));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref, n * d, "KNN references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_c, n * d, "KNN centred references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_norm, n, "KNN reference norms"));
@@ -1299,9 +1637,11 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   if (dv->sel) cudaStreamSynchronize(dv->sel);
   cudaFree(dv->ref), cudaFree(dv->ref_c), cudaFree(dv->ref_norm), cudaFree(dv->mean);
   ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau};
+                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau};
   for (ws_buf *x : b) cudaFree(x->p);
+  cudaFree(dv->ref_t), cudaFree(dv->ref_tn);
   if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);
+  if (dv->fgraph.exec) cudaGraphExecDestroy(dv->fgraph.exec);
   if (dv->gemm_graph.exec) cudaGraphExecDestroy(dv->gemm_graph.exec);
   for (int i = 0; i < 2; i++) {
     if (dv->gemm_done[i]) cudaEventDestroy(dv->gemm_done[i]);
@@ -1316,19 +1656,58 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   ix->cuda = nullptr;
 }
 
+/* auto path, first search of its class: both paths run (a warm-up each, then kPathCalibRepeats timed runs,
+ * plain launches), the faster is remembered and logged; the caller's search then runs it. Synchronises. */
+ss_status calibrate_path(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
+                         const finish_out &out, int *path) {
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  const int paths[2] = {SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
+  float ms[2] = {INFINITY, INFINITY};
+  dv->calibrating = true;
+  ss_status st = SS_OK;
+  for (int p = 0; p < 2 && st == SS_OK; p++)
+    for (int rep = 0; rep <= kPathCalibRepeats && st == SS_OK; rep++) { /* rep 0: warm-up (buffers, strategy) */
+      st = cudaEventRecord(dv->t0, s) == cudaSuccess ? SS_OK : ss_fail(ctx, SS_ERR_DEVICE, "knn: event record failed");
+      if (st == SS_OK)
+        st = paths[p] == SS_KNN_PATH_FUSED ? fused_search(ctx, ix, o, d_query, m, Kc, out, nullptr)
+                                           : tiled_search(ctx, ix, o, d_query, m, Kc, out, nullptr);
+      float t = INFINITY;
+      if (st == SS_OK && (cudaEventRecord(dv->t1, s) != cudaSuccess || cudaEventSynchronize(dv->t1) != cudaSuccess ||
+                          cudaEventElapsedTime(&t, dv->t0, dv->t1) != cudaSuccess))
+        st = ss_fail(ctx, SS_ERR_DEVICE, "knn: path calibration timing failed");
+      if (rep > 0 && t < ms[p]) ms[p] = t;
+    }
+  dv->calibrating = false;
+  SS_TRY(st);
+  path_slot c = path_class(ix, m, Kc);
+  c.path = ms[0] <= ms[1] ? SS_KNN_PATH_FUSED : SS_KNN_PATH_GEMM;
+  *path = c.path;
+  ss_log_info(ctx, "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (fused %.3f ms, "
+              "tiled %.3f ms)", c.device, c.n_class, c.d_class, c.m_class, Kc, c.path == SS_KNN_PATH_FUSED ? "fused" :
+              "tiled", ms[0], ms[1]);
+  std::lock_guard<std::mutex> lock(g_path_mu);
+  if (g_npath < kCalibSlots) g_path[g_npath++] = c;
+  return SS_OK;
+}
+
 extern "C" ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
                                                const float *d_query, int64_t m, int32_t *d_idx, double *d_dist,
                                                uint8_t *d_certified, ss_knn_stats *stats) {
   int64_t Kc;
   SS_TRY(check_opts(ctx, ix, o, m, &Kc));
-  int path = choose_path(o, m, ix->n, Kc);
+  if (m == 0) {
+    if (stats) stats->candidates = Kc, stats->path = SS_KNN_PATH_GEMM, stats->graph = 0;
+    return SS_OK;
+  }
+  finish_out out = {(int *)d_idx, d_dist, d_certified};
+  int path = choose_path(ix, o, m, Kc);
+  if (path == SS_KNN_PATH_AUTO) SS_TRY(calibrate_path(ctx, ix, o, d_query, m, (int)Kc, out, &path));
   if (stats) {
     stats->candidates = Kc;
     stats->path = path;
     stats->graph = 0;
   }
-  if (m == 0) return SS_OK;
-  finish_out out = {(int *)d_idx, d_dist, d_certified};
   if (path == SS_KNN_PATH_FUSED) return fused_search(ctx, ix, o, d_query, m, (int)Kc, out, stats);
   return tiled_search(ctx, ix, o, d_query, m, (int)Kc, out, stats);
 }

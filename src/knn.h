@@ -77,11 +77,13 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
   return kc < n ? kc : n;
 }
 
-/* GPU path: the fused kernel (distances and selection in one pass; K' <= SS_KNN_FUSED_MAX_CANDIDATES,
- * else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a selection kernel), or auto —
- * currently always the tiled path, which measured faster at every benchmarked size (docs/knn.md). */
+/* GPU path: the fused kernel (distances and selection in one pass; K' <= SS_KNN_FUSED_MAX_CANDIDATES
+ * and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a
+ * selection kernel), or auto — where the fused path applies and n <= 65,536, the faster of the two,
+ * timed on the first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
 typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_knn_path;
 #define SS_KNN_FUSED_MAX_CANDIDATES 64
+#define SS_KNN_FUSED_MAX_DIM 256 /* the fused kernel keeps its queries' d coordinates in shared memory */
 
 typedef struct {
   int64_t k;
@@ -93,6 +95,8 @@ typedef struct {
                          (SS_KNN_GEMM_ONLY_GRAPH: the same SGEMM calls replayed as one CUDA graph) */
   int64_t warp_chunk; /* benchmark hook (GPU warp queue): fewest references per chunk; 0 = the built-in
                          4096 (cuda/knn.cu kWarpMinChunk). Not a parameter: it only moves the speed */
+  int64_t fused_blocks_per_sm; /* benchmark hook (fused path): target blocks per SM that set the reference
+                                  splits; 0 = the built-in (cuda/knn.cu kFusedBlocksPerSm) */
 } ss_knn_opts;
 #define SS_KNN_GEMM_ONLY_GRAPH 2
 

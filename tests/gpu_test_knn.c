@@ -1,7 +1,7 @@
 /* gpu_test_knn.c — GPU group: the CUDA KNN gives the CPU's neighbours exactly (indices and
- * distances) for every strategy, tile shape, k > 64 and ties (the per-warp finish and the seeded warp
- * queue where K' <= 64, the block finish beyond); incremental mode on the GPU; the CLI
- * gives identical files on both devices. */
+ * distances) for every strategy, tile shape, k > 64 and ties, on both paths (the fused kernel where
+ * K' <= 64 and d <= 256; the per-warp finish and the seeded warp queue where K' <= 64, the block
+ * finish beyond); incremental mode on the GPU; the CLI gives identical files on both devices. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +71,8 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
            "fallbacks\n", (long long)c->n, (long long)c->m, (long long)c->d, (long long)c->k, (long long)st.query_tile,
            (long long)st.ref_tile, c->grid, st.path == SS_KNN_PATH_FUSED ? "fused" : "tiled",
            ss_knn_strategy_name(st.strategy), (long long)diff, (long long)ties, (long long)st.fallbacks);
-    if (paths[s] != SS_KNN_PATH_AUTO) assert_int_equal(st.path, ss_knn_candidates(c->k, c->n) <= SS_KNN_FUSED_MAX_CANDIDATES
-                                                                    ? paths[s] : SS_KNN_PATH_GEMM);
+    int fusable = ss_knn_candidates(c->k, c->n) <= SS_KNN_FUSED_MAX_CANDIDATES && c->d <= SS_KNN_FUSED_MAX_DIM;
+    if (paths[s] != SS_KNN_PATH_AUTO) assert_int_equal(st.path, fusable ? paths[s] : SS_KNN_PATH_GEMM);
     assert_int_equal(diff, 0);
   }
   ss_knn_index_free(cx);
@@ -106,6 +106,14 @@ static void cpu_gpu_identical(void **state) {
       {20000, 301, 40, 25, 4096, 65536, 0, 0},    /* four chunks per query: the finish merges four lists */
       {6000, 203, 4, 32, 4096, 65536, 1, 0},      /* {0,1,2}: seed ties, every query scanned by its block */
       {9999, 1200, 32, 25, 4096, 65536, 0, 1024}, /* 1024-reference chunks: 9 lists per query, seeded */
+      /* the fused kernel (auto on <= 65,536 references, K' <= 64, d <= 256; forced above): */
+      {1024, 1200, 256, 25, 4096, 65536, 0, 0},   /* the grid's 2^10, d 256: one tile per split */
+      {20011, 77, 61, 25, 4096, 65536, 0, 0},     /* 3 query tiles, 53 splits of 3 tiles, n, m, d off every tile */
+      {3001, 45, 33, 32, 4096, 65536, 0, 0},      /* k = 32, d odd, a short last tile */
+      {700, 90, 5, 1, 4096, 65536, 0, 0},         /* k = 1: six splits of one tile */
+      {4000, 300, 3, 25, 4096, 65536, 1, 0},      /* {0,1,2}: seeds and thresholds at ties, block scans */
+      {3000, 100, 300, 10, 4096, 65536, 0, 0},    /* d > 256: fused forced falls back to the tiled path */
+      {60, 33, 7, 52, 4096, 65536, 0, 0},         /* K' = n = 60 < one tile: no seed, trivially certified */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
