@@ -13,7 +13,9 @@
 #   REALTIME (a SCHED_FIFO priority for the pushing thread, 0 = lowest; unset = normal scheduling),
 #   READER (block|spin: how the pushing thread waits for the next block, default block), SENDER
 #   (sleep|spin: how the sender waits until a block is due, default sleep), PIN (a CPU for the pushing
-#   thread during the paced loop; unset = not pinned),
+#   thread during the paced loop, or a list, one per worker; unset = not pinned), SENDER_PIN (a CPU for the sender thread; unset = not pinned),
+#   WORKERS (with READER=spin: pushing threads taking turns, src/live_workers.h; default 1; PIN may list
+#   one CPU per worker, e.g. 3,7),
 #   BUILD_DIR (default /tmp/b), BUILD_TYPE (default Release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,5 +29,6 @@ cmake --build "$build" -j"$(nproc)" --target bench_live
 cases=${CASES:-32:1:cuda:600:1.25,32:2:cuda:8,32:5:cuda:8,32:10:cuda:8,32:5:cpu:10,128:1:cuda:10,384:1:cuda:8,1024:1:cuda:8}
 "$build/bench/bench_live" --seconds "${RECORDING_S:-15}" --cases "$cases" --sort-device "${SORT_DEVICE:-cpu}" \
   --speed "${SPEED:-1}" --unpaced-seconds "${UNPACED_S:-5}" --gpu-wait "${GPU_WAIT:-spin}" \
-  ${REALTIME:+--realtime "$REALTIME"} --reader "${READER:-block}" --sender "${SENDER:-sleep}" ${PIN:+--pin "$PIN"} \
+  ${REALTIME:+--realtime "$REALTIME"} --reader "${READER:-block}" --sender "${SENDER:-sleep}" ${PIN:+--pin "$PIN"} ${SENDER_PIN:+--sender-pin "$SENDER_PIN"} \
+  ${WORKERS:+--workers "$WORKERS"} \
   --out "$out/live.json" | tee "$out/bench_live.log"

@@ -14,6 +14,7 @@ int ss_cuda_device_count(char *why, size_t why_len);
 ss_status ss_cuda_device_info(ss_ctx *ctx, int index, ss_gpu_info *info);
 ss_status ss_cuda_state_create(ss_ctx *ctx, int index, ss_gpu_info *info, void **state);
 void ss_cuda_state_destroy(void *state);
+ss_status ss_cuda_bind_thread(ss_ctx *ctx, int index);
 
 #ifdef __cplusplus
 }

@@ -100,6 +100,11 @@ extern "C" ss_status ss_cuda_state_create(ss_ctx *ctx, int index, ss_gpu_info *i
   return st;
 }
 
+extern "C" ss_status ss_cuda_bind_thread(ss_ctx *ctx, int index) {
+  SS_CUDA_TRY(ctx, cudaSetDevice(index));
+  return SS_OK;
+}
+
 extern "C" void ss_cuda_state_destroy(void *state) {
   ss_cuda_state *s = (ss_cuda_state *)state;
   if (!s) return;

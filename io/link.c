@@ -213,7 +213,14 @@ static int try_connect(const addr_list *al, int *err) {
 /* timeout_s <= 0: no limit. */
 static int past_deadline(double t0, double timeout_s) { return timeout_s > 0 && ss_now() - t0 >= timeout_s; }
 
-static ss_status open_connect(ss_ctx *ctx, const char *uri, const addr_list *al, double timeout_s, int *fd) {
+static int cancelled(const volatile sig_atomic_t *cancel) { return cancel && *cancel; }
+
+static ss_status cancel_failure(ss_ctx *ctx, const char *uri) {
+  return ss_fail(ctx, SS_ERR_IO, "%s: cancelled while waiting for the peer", uri);
+}
+
+static ss_status open_connect(ss_ctx *ctx, const char *uri, const addr_list *al, double timeout_s,
+                              const volatile sig_atomic_t *cancel, int *fd) {
   double t0 = ss_now();
   int err = 0;
   for (;;) {
@@ -222,6 +229,7 @@ static ss_status open_connect(ss_ctx *ctx, const char *uri, const addr_list *al,
       return ss_fail(ctx, SS_ERR_IO, "%s: connect: %s", uri, strerror(err));
     if (past_deadline(t0, timeout_s))
       return ss_fail(ctx, SS_ERR_IO, "%s: connect: no listener after %g s: %s", uri, timeout_s, strerror(err));
+    if (cancelled(cancel)) return cancel_failure(ctx, uri);
     sleep_s(SS_LINK_RETRY_S);
   }
 }
@@ -255,15 +263,20 @@ static ss_status bind_listener(ss_ctx *ctx, const char *uri, const addr_list *al
   return ss_fail(ctx, SS_ERR_IO, "%s: listen: %s", uri, strerror(err));
 }
 
-/* Wait (EINTR-safe) for one connection; the listener is closed afterwards either way. */
-static ss_status accept_one(ss_ctx *ctx, const char *uri, int lfd, int family, double timeout_s, int *fd) {
+/* Wait (EINTR-safe) for one connection; the listener is closed afterwards either way. With a cancel
+ * flag the wait looks at it every SS_LINK_RETRY_S. */
+static ss_status accept_one(ss_ctx *ctx, const char *uri, int lfd, int family, double timeout_s,
+                            const volatile sig_atomic_t *cancel, int *fd) {
   double t0 = ss_now();
   for (;;) {
     double left = timeout_s - (ss_now() - t0);
     if (timeout_s > 0 && left <= 0)
       return ss_fail(ctx, SS_ERR_IO, "%s: accept: no connection after %g s: %s", uri, timeout_s, strerror(ETIMEDOUT));
+    if (cancelled(cancel)) return cancel_failure(ctx, uri);
     struct pollfd p = {lfd, POLLIN, 0};
-    int rc = poll(&p, 1, timeout_s > 0 ? (int)(left * 1e3) + 1 : -1);
+    int wait_ms = timeout_s > 0 ? (int)(left * 1e3) + 1 : -1;
+    if (cancel && (wait_ms < 0 || wait_ms > (int)(SS_LINK_RETRY_S * 1e3))) wait_ms = (int)(SS_LINK_RETRY_S * 1e3) + 1;
+    int rc = poll(&p, 1, wait_ms);
     if (rc < 0 && errno != EINTR) return ss_fail(ctx, SS_ERR_IO, "%s: poll: %s", uri, strerror(errno));
     if (rc <= 0) continue;
     *fd = accept(lfd, NULL, NULL);
@@ -277,11 +290,11 @@ static ss_status accept_one(ss_ctx *ctx, const char *uri, int lfd, int family, d
 }
 
 static ss_status open_listen(ss_ctx *ctx, const char *uri, const link_addr *a, const addr_list *al, double timeout_s,
-                             int *fd) {
+                             const volatile sig_atomic_t *cancel, int *fd) {
   if (a->family == AF_UNIX) SS_TRY(clear_unix_path(ctx, uri, a->path));
   int lfd = -1, family = 0;
   SS_TRY(bind_listener(ctx, uri, al, &lfd, &family));
-  ss_status st = accept_one(ctx, uri, lfd, family, timeout_s, fd);
+  ss_status st = accept_one(ctx, uri, lfd, family, timeout_s, cancel, fd);
   close(lfd);
   /* The socket file only served to rendezvous: remove it so no stale file is left behind. */
   if (a->family == AF_UNIX) (void)unlink(a->path);
@@ -306,6 +319,11 @@ static ss_status open_file(ss_ctx *ctx, const char *uri, const link_addr *a, ss_
 /* ---- public link API ------------------------------------------------------------------------ */
 
 ss_status ss_link_open(ss_ctx *ctx, const char *uri, ss_link_dir dir, double timeout_s, ss_link **out) {
+  return ss_link_open_cancellable(ctx, uri, dir, timeout_s, NULL, out);
+}
+
+ss_status ss_link_open_cancellable(ss_ctx *ctx, const char *uri, ss_link_dir dir, double timeout_s,
+                                   const volatile sig_atomic_t *cancel, ss_link **out) {
   *out = NULL;
   link_addr a;
   SS_TRY(parse_uri(ctx, uri, dir, &a));
@@ -315,8 +333,8 @@ ss_status ss_link_open(ss_ctx *ctx, const char *uri, ss_link_dir dir, double tim
   } else {
     addr_list al;
     SS_TRY(resolve(ctx, uri, &a, &al));
-    if (a.kind == KIND_CONNECT) SS_TRY(open_connect(ctx, uri, &al, timeout_s, &fd));
-    else SS_TRY(open_listen(ctx, uri, &a, &al, timeout_s, &fd));
+    if (a.kind == KIND_CONNECT) SS_TRY(open_connect(ctx, uri, &al, timeout_s, cancel, &fd));
+    else SS_TRY(open_listen(ctx, uri, &a, &al, timeout_s, cancel, &fd));
   }
   ss_link *l = calloc(1, sizeof(*l));
   if (!l) {

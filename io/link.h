@@ -12,6 +12,7 @@
 #ifndef SS_LINK_H
 #define SS_LINK_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,10 @@ extern "C" {
 typedef struct ss_link ss_link;
 typedef enum { SS_LINK_READ = 0, SS_LINK_WRITE = 1 } ss_link_dir;
 ss_status ss_link_open(ss_ctx *ctx, const char *uri, ss_link_dir dir, double timeout_s, ss_link **out);
+/* The same, giving up with SS_ERR_IO "URI: cancelled while waiting for the peer" once *cancel is set (a
+ * signal handler's flag), looked at every SS_LINK_RETRY_S while connecting or listening. */
+ss_status ss_link_open_cancellable(ss_ctx *ctx, const char *uri, ss_link_dir dir, double timeout_s,
+                                   const volatile sig_atomic_t *cancel, ss_link **out);
 ss_status ss_link_read(ss_ctx *ctx, ss_link *l, void *buf, size_t cap, size_t *got); /* blocks for >= 1 byte; *got = 0: end of stream */
 ss_status ss_link_write(ss_ctx *ctx, ss_link *l, const void *buf, size_t n);        /* all n bytes; EPIPE → SS_ERR_IO message */
 int ss_link_fd(const ss_link *l);

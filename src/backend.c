@@ -88,6 +88,15 @@ ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, 
   return SS_OK;
 }
 
+ss_status ss_backend_bind_thread(ss_ctx *ctx, const ss_backend *be) {
+#if SS_HAVE_CUDA
+  if (be->kind == SS_DEVICE_CUDA) return ss_cuda_bind_thread(ctx, be->gpu.index);
+#endif
+  (void)ctx;
+  (void)be;
+  return SS_OK;
+}
+
 void ss_backend_close(ss_backend *be) {
 #if SS_HAVE_CUDA
   if (be->cuda) ss_cuda_state_destroy(be->cuda);

@@ -52,6 +52,10 @@ ss_status ss_backend_gpu_info(ss_ctx *ctx, int index, ss_gpu_info *info);
 ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, int n_threads,
                           ss_backend *be);
 void ss_backend_close(ss_backend *be);
+/* Make `be`'s device current for the calling thread: a thread other than the one that opened a CUDA
+ * backend must call this before it runs a stage (the CUDA runtime's current device is per thread).
+ * A no-op on the CPU. */
+ss_status ss_backend_bind_thread(ss_ctx *ctx, const ss_backend *be);
 
 /* The number of threads an OpenMP region should use when asked for n (<= 0: all). */
 int ss_threads_resolve(int n);

@@ -8,7 +8,9 @@
  *  2. a stream restart (ss_live_reset) gives the same spikes again, and pushes ran as graph launches;
  *  3. agreement with the offline sort: sort → replay → `live --device cuda`: >= 95 % of ALL offline
  *     spikes have a live twin of the same unit (the criterion of tests/test_live.c);
- *  4. `live --device auto` logs its choice. */
+ *  4. `live --device auto` logs its choice;
+ *  5. `live --device cuda --spin --workers 3` (pushes from several threads) gives the spikes of the
+ *     plain run. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -257,6 +259,32 @@ static void agreement_with_offline_sort(void **state) {
   free(err);
 }
 
+/* 5. --spin's workers (src/live_workers.h) push from several threads, each bound to the device: the
+ * spikes of the single-threaded CUDA run. */
+static void spin_workers_on_the_device(void **state) {
+  (void)state;
+  static const char *modes[] = {"--device cuda", "--device cuda --spin --workers 3"};
+  char *out[2], *err[2];
+  collected got[2];
+  for (int m = 0; m < 2; m++) {
+    int code = run_live(modes[m], &out[m], &err[m]);
+    if (code != 0) fail_msg("live %s: exit %d: %s", modes[m], code, err[m]);
+    parse_lines(out[m], &got[m]);
+    printf("live %s: %lld spikes\n", modes[m], (long long)got[m].n);
+  }
+  assert_true(got[0].n > 0);
+  assert_int_equal(got[0].n, got[1].n);
+  for (int64_t i = 0; i < got[0].n; i++) {
+    assert_int_equal(got[0].s[i].t, got[1].s[i].t);
+    assert_int_equal(got[0].s[i].unit, got[1].s[i].unit);
+  }
+  for (int m = 0; m < 2; m++) {
+    free(out[m]);
+    free(err[m]);
+    free(got[m].s);
+  }
+}
+
 /* 4. --device auto picks the GPU here and says so. */
 static void auto_logs_its_choice(void **state) {
   (void)state;
@@ -276,6 +304,7 @@ int main(void) {
       cmocka_unit_test(restart_gives_same_spikes),
       cmocka_unit_test(agreement_with_offline_sort),
       cmocka_unit_test(auto_logs_its_choice),
+      cmocka_unit_test(spin_workers_on_the_device),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

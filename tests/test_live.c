@@ -426,28 +426,27 @@ static double agreement(const char *assign) {
  * said (or, where CPU 0 is not allowed, its refusal). */
 static void spin_and_pin(void **state) {
   (void)state;
-  char replay[16384], live[16384], *out[2], *err[2];
+  static const char *modes[] = {"", " --spin --pin 0", " --spin --workers 3 --pin 0,1"};
+  enum { N_MODES = sizeof(modes) / sizeof(modes[0]) };
+  char replay[16384], live[16384], *out[N_MODES], *err[N_MODES];
+  collected got[N_MODES];
   snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --duration 5 --to 'unix-listen://%s'", fx.bin,
            fx.sock);
-  for (int spin = 0; spin < 2; spin++) {
-    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model,
-             spin ? " --spin --pin 0" : "");
-    int code = run_live(replay, live, &out[spin], &err[spin]);
-    if (code != 0) fail_msg("live%s: exit %d: %s", spin ? " --spin" : "", code, err[spin]);
+  for (int m = 0; m < N_MODES; m++) {
+    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model, modes[m]);
+    int code = run_live(replay, live, &out[m], &err[m]);
+    if (code != 0) fail_msg("live%s: exit %d: %s", modes[m], code, err[m]);
+    parse_lines(out[m], &got[m]);
+    printf("live%s: %lld spikes\n", modes[m], (long long)got[m].n);
+    assert_true(got[m].n > 0);
+    assert_true(same_spikes(&got[0], &got[m]));
+    if (m) assert_true(strstr(err[m], "pinned to CPU 0") || strstr(err[m], "--pin:") || strstr(err[m], "not pinned"));
   }
-  collected a, b;
-  parse_lines(out[0], &a);
-  parse_lines(out[1], &b);
-  printf("--spin --pin 0: %lld spikes, %lld without\n", (long long)b.n, (long long)a.n);
-  assert_true(a.n > 0);
-  assert_true(same_spikes(&a, &b));
-  assert_true(strstr(err[1], "pinned to CPU 0") || strstr(err[1], "--pin:"));
-  for (int i = 0; i < 2; i++) {
-    free(out[i]);
-    free(err[i]);
+  for (int m = 0; m < N_MODES; m++) {
+    free(out[m]);
+    free(err[m]);
+    free(got[m].s);
   }
-  free(a.s);
-  free(b.s);
 }
 
 /* The default assignment (nearest centroid, plain distance) must give >= 95 % of all offline spikes
@@ -472,9 +471,9 @@ static void parse_summary(const char *err, long long *samples, long long *spikes
 
 static collected file_ref; /* `live --source FILE` on the whole recording */
 
-static void live_on_file(const char *path, collected *c, int want_code, char **err_out) {
+static void live_on_file(const char *path, const char *extra, collected *c, int want_code, char **err_out) {
   char live[8192], *out, *err;
-  snprintf(live, sizeof(live), "--source '%s' --model '%s'", path, fx.model);
+  snprintf(live, sizeof(live), "--source '%s' --model '%s' %s", path, fx.model, extra);
   int code = run_live(NULL, live, &out, &err);
   if (code != want_code) fail_msg("live: exit %d: %s", code, err);
   parse_lines(out, c);
@@ -513,7 +512,7 @@ static void *odd_writer_main(void *arg) {
  * sizes (partial frames) over a socket; a disconnect ends with exit 0 and the summary. */
 static void sources_and_partial_frames(void **state) {
   (void)state;
-  live_on_file(fx.bin, &file_ref, 0, NULL);
+  live_on_file(fx.bin, "", &file_ref, 0, NULL);
   assert_true(file_ref.n > 1000);
   char live[16384], replay[16384], uri[PATH_LEN + 16], *out, *err;
   /* stdin */
@@ -554,18 +553,21 @@ static void sources_and_partial_frames(void **state) {
   assert_true(f && fread(bytes, 1, n_bytes, f) == n_bytes);
   fclose(f);
   snprintf(uri, sizeof(uri), "unix-listen://%s", fx.sock);
-  odd_writer w = {.uri = uri, .bytes = bytes, .n = n_bytes};
-  pthread_t th;
-  assert_int_equal(pthread_create(&th, NULL, odd_writer_main, &w), 0);
-  code = run_live(NULL, live, &out, &err);
-  pthread_join(th, NULL);
-  assert_int_equal(w.st, SS_OK);
-  if (code != 0) fail_msg("live: exit %d: %s", code, err);
-  parse_lines(out, &got);
-  assert_true(same_spikes(&got, &file_ref));
-  free(got.s);
-  free(out);
-  free(err);
+  for (int spin = 0; spin < 2; spin++) { /* the reader thread, then --spin's workers */
+    odd_writer w = {.uri = uri, .bytes = bytes, .n = n_bytes};
+    pthread_t th;
+    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model, spin ? " --spin" : "");
+    assert_int_equal(pthread_create(&th, NULL, odd_writer_main, &w), 0);
+    code = run_live(NULL, live, &out, &err);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, SS_OK);
+    if (code != 0) fail_msg("live%s: exit %d: %s", spin ? " --spin" : "", code, err);
+    parse_lines(out, &got);
+    assert_true(same_spikes(&got, &file_ref));
+    free(got.s);
+    free(out);
+    free(err);
+  }
   free(bytes);
 }
 
@@ -590,42 +592,41 @@ static void mid_frame_end(void **state) {
   free(buf);
   collected want, got;
   char *err;
-  live_on_file(whole, &want, 0, NULL);
-  live_on_file(cut, &got, 1, &err);
+  live_on_file(whole, "", &want, 0, NULL);
   assert_true(want.n > 100);
-  assert_true(same_spikes(&got, &want));
-  char msg[PATH_LEN + 256];
-  snprintf(msg, sizeof(msg), "spikestream live: %s: stream ended mid-frame: %zu of %zu bytes of a frame (%lld rows received)\n",
-           cut, extra, frame, (long long)rows);
-  if (!strstr(err, msg)) fail_msg("expected \"%s\" in: %s", msg, err);
-  long long samples, spikes, overruns;
-  if (!strstr(err, "live: stopped: ")) fail_msg("no summary in: %s", err);
-  (void)samples;
-  (void)spikes;
-  (void)overruns;
-  free(err);
+  for (int spin = 0; spin < 2; spin++) { /* the reader thread's queue, then --spin's workers */
+    live_on_file(cut, spin ? "--spin" : "", &got, 1, &err);
+    assert_true(same_spikes(&got, &want));
+    char msg[PATH_LEN + 256];
+    snprintf(msg, sizeof(msg),
+             "spikestream live: %s: stream ended mid-frame: %zu of %zu bytes of a frame (%lld rows received)\n", cut,
+             extra, frame, (long long)rows);
+    if (!strstr(err, msg)) fail_msg("expected \"%s\" in: %s", msg, err);
+    if (!strstr(err, "live: stopped: ")) fail_msg("no summary in: %s", err);
+    free(err);
+    free(got.s);
+  }
   free(want.s);
-  free(got.s);
 }
 
-/* --reconnect: a second connection is accepted after the first disconnects; counters go on. */
-static void reconnect(void **state) {
-  (void)state;
+/* --reconnect: a second connection is accepted after the first disconnects; counters go on. `extra`:
+ * more live options (--spin: the workers open the next connection themselves). */
+static void reconnect_with(const char *extra) {
   char out_path[PATH_LEN], err_path[PATH_LEN], rc_path[PATH_LEN], cmd[65536];
   ss_test_path(out_path, sizeof(out_path), "rec.out");
   ss_test_path(err_path, sizeof(err_path), "rec.err");
   ss_test_path(rc_path, sizeof(rc_path), "rec.rc");
   const double second_s = 5.0;
   snprintf(cmd, sizeof(cmd),
-           "'%s' live --reconnect --source 'unix-listen://%s' --model '%s' >'%s' 2>'%s' & pid=$!; "
+           "'%s' live --reconnect %s --source 'unix-listen://%s' --model '%s' >'%s' 2>'%s' & pid=$!; "
            "'%s' replay '%s' " CLI_SOURCE " --speed 0 --to 'unix://%s' 2>/dev/null && "
            "'%s' replay '%s' " CLI_SOURCE " --speed 0 --duration %g --to 'unix://%s' 2>/dev/null; "
            "sleep 2; kill -TERM $pid; wait $pid; echo $? >'%s'",
-           SS_CLI_PATH, fx.sock, fx.model, out_path, err_path, SS_CLI_PATH, fx.bin, fx.sock, SS_CLI_PATH, fx.bin,
+           SS_CLI_PATH, extra, fx.sock, fx.model, out_path, err_path, SS_CLI_PATH, fx.bin, fx.sock, SS_CLI_PATH, fx.bin,
            second_s, fx.sock, rc_path);
   if (system(cmd) == -1) fail_msg("cannot run %s", cmd);
   char *out = ss_test_slurp(out_path), *err = ss_test_slurp(err_path), *rc = ss_test_slurp(rc_path);
-  if (atoi(rc) != 0) fail_msg("live --reconnect: exit %s: %s", rc, err);
+  if (atoi(rc) != 0) fail_msg("live --reconnect %s: exit %s: %s", extra, rc, err);
   collected got;
   parse_lines(out, &got);
   long long samples, spikes, overruns;
@@ -635,13 +636,19 @@ static void reconnect(void **state) {
   /* the first stream gives the file's spikes, the second (times from 0 again) those of its 5 s */
   int64_t early = 0;
   for (int64_t i = 0; i < file_ref.n; i++) early += file_ref.s[i].t < (int64_t)((second_s - EDGE_S) * RATE);
-  printf("reconnect: %lld spikes over two connections (%lld + about %lld)\n", (long long)got.n, (long long)file_ref.n,
-         (long long)early);
+  printf("reconnect %s: %lld spikes over two connections (%lld + about %lld)\n", extra, (long long)got.n,
+         (long long)file_ref.n, (long long)early);
   assert_true(got.n >= file_ref.n + early && got.n <= file_ref.n + early + 2);
   free(got.s);
   free(out);
   free(err);
   free(rc);
+}
+
+static void reconnect(void **state) {
+  (void)state;
+  reconnect_with("");
+  reconnect_with("--spin");
 }
 
 /* 4. Replay at full speed in 1 ms blocks: the engine falls behind, overruns are counted, and every
@@ -748,6 +755,10 @@ static void cli_errors(void **state) {
       {"live --source - --model m.h5 --block-ms 0", 2, "spikestream live: --block-ms: expected a number in (0, 60000], got \"0\"\n"},
       {"live --source - --train-seconds 60", 2, "spikestream live: --train-seconds needs --channels N and --rate HZ (the stream has no header)\n"},
       {"live --source - --train-seconds 0 --channels 32 --rate 30000", 2, "spikestream live: --train-seconds: expected a number > 0, got \"0\"\n"},
+      {"live --source - --model m.h5 --workers 2", 2, "spikestream live: --workers goes with --spin (the polling threads)\n"},
+      {"live --source - --model m.h5 --spin --workers 17", 2, "spikestream live: --workers: expected an integer in [1, 16], got \"17\"\n"},
+      {"live --source - --model m.h5 --pin 0,1", 2, "spikestream live: --pin: one CPU (the engine thread); a list goes with --spin's workers\n"},
+      {"live --source - --model m.h5 --spin --pin 0,x", 2, "spikestream live: --pin 0,x: expected at most 16 CPU numbers 0..1023 separated by commas\n"},
       {"live --source - --model m.h5 --channels 32", 2, "spikestream live: --channels, --rate, --uv-per-step, --probe, --params and --train-dir go with --train-seconds (a model gives them)\n"},
       /* no silent CPU fallback: checked where there is no device (gpu_test_live runs the GPU path) */
       {"live --source - --model m.h5 --device cuda", 3, "spikestream live: --device cuda: no CUDA device available ("},

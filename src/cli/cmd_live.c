@@ -6,9 +6,14 @@
  * the queued blocks into the live engine (src/live.h) and writes one record per spike to the output.
  * The queue never drops data: when it holds SS_LIVE_QUEUE_MAX_BYTES the reader waits (the sender is
  * then held back by the socket), and the engine's overrun counter shows it fell behind.
+ * --spin: no queue; N interchangeable workers (src/live_workers.h) poll the source without sleeping
+ * and the one that takes the turn reads and pushes, so that a worker the machine stops while it is idle
+ * does not hold up the next block (docs/live.md, "Platform stalls").
  * --train-seconds: the first S seconds go to src/live_train.h, which fits a model with `sort`'s code
- * in the background; the rows that arrive meanwhile are counted and reported, not labelled. */
+ * in the background; the rows that arrive meanwhile are counted and reported, not labelled (the reader
+ * thread and the queue then run with --spin too: the stream is buffered while the model is fitted). */
 #include <math.h>
+#include <stdatomic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,6 +27,7 @@
 #include "src/live.h"
 #include "src/live_model.h"
 #include "src/live_train.h"
+#include "src/live_workers.h"
 #include "src/log.h"
 
 #define SS_LIVE_QUEUE_MAX_BYTES ((size_t)256 << 20)
@@ -33,7 +39,8 @@
 #define SS_MS_PER_S 1000.0
 #define SS_LIVE_MAX_CHANNELS 100000     /* --channels (the model loader's limit) */
 #define SS_LIVE_MAX_RT_PRIORITY 99      /* Linux's highest SCHED_FIFO priority */
-#define SS_LIVE_MAX_CPU 65535           /* --pin */
+#define SS_LIVE_MAX_WORKERS 16          /* --workers, and the CPUs of --pin */
+#define SS_LIVE_SPIN_WORKERS 2          /* --spin: default workers (a second one stands by) */
 
 static const char usage[] =
     "usage: spikestream live --source URI (--model M | --train-seconds S --channels N --rate HZ\n"
@@ -41,7 +48,7 @@ static const char usage[] =
     "                        [--output URI] [--format json|binary]\n"
     "                        [--assign centroid|knn] [--k K] [--distance D] [--block-ms B] [--reconnect]\n"
     "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n"
-    "                        [--realtime P] [--spin] [--pin CPU]\n\n"
+    "                        [--realtime P] [--spin [--workers N]] [--pin CPU[,CPU...]]\n\n"
     "Label spikes as they arrive on a stream of raw little-endian int16 frames (channel-interleaved,\n"
     "any number of samples per read), with the causal twin of a model that `spikestream sort` wrote.\n"
     "Each spike is written as soon as no later sample can change it (docs/live.md):\n"
@@ -81,16 +88,20 @@ static const char usage[] =
     "  --realtime P         run the engine thread SCHED_FIFO at priority P (0 = the lowest) so that\n"
     "                       ordinary threads cannot preempt a block; when not permitted, a warning and\n"
     "                       normal scheduling (docs/live.md)\n"
-    "  --spin               the reader polls the source and the engine polls its queue without sleeping\n"
-    "                       (each uses a core; a sleeping thread's wake-up is on every block's critical\n"
-    "                       path, and on a VM it may be late by milliseconds: docs/live.md)\n"
-    "  --pin CPU            pin the engine thread to CPU (sched_setaffinity); when refused, a warning\n"
+    "  --spin               poll the source without sleeping: a sleeping thread's wake-up is on every\n"
+    "                       block's critical path, and on a VM it may be late by milliseconds. --workers\n"
+    "                       threads take turns reading and pushing, each on a core of its own, so that\n"
+    "                       one the machine stops while idle does not delay the next block (docs/live.md);\n"
+    "                       with --train-seconds: a polling reader thread and engine thread instead\n"
+    "  --workers N          with --spin: the polling threads (default 2; 1 = no standby)\n"
+    "  --pin CPU[,CPU...]   pin the engine thread (--spin: worker i to the i-th CPU) with\n"
+    "                       sched_setaffinity; when refused, a warning\n"
     "\noptions:\n" SS_CLI_COMMON_HELP;
 
 enum {
   OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
   OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE, OPT_CHANNELS, OPT_RATE, OPT_UV_PER_STEP,
-  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN
+  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN, OPT_WORKERS
 };
 
 typedef struct {
@@ -98,7 +109,9 @@ typedef struct {
   int binary, reconnect, train;
   int64_t realtime; /* --realtime P: P + 1 (0 = not asked) */
   int spin;         /* --spin */
-  int64_t pin;      /* --pin CPU: CPU + 1 (0 = not asked) */
+  int64_t workers;  /* --workers N (0: not given) */
+  int pins[SS_LIVE_MAX_WORKERS]; /* --pin: the CPU of worker i (the engine thread: pins[0]); -1 none */
+  int n_pins;
   /* --train-seconds */
   double train_s, rate_hz, uv_per_step;
   int64_t channels;
@@ -139,9 +152,10 @@ static int on_option(int opt, const char *arg, void *user) {
     case OPT_TRAIN_DIR: a->train_dir = arg; a->train_only_option = 1; break;
     case OPT_SPIN: a->spin = 1; break;
     case OPT_PIN:
-      code = ss_cli_integer("live", "pin", arg, 0, SS_LIVE_MAX_CPU, &a->pin);
-      a->pin++;
+      if (ss_live_cpu_list_parse(a->ctx, "--pin", arg, a->pins, SS_LIVE_MAX_WORKERS, &a->n_pins) != SS_OK)
+        return ss_cli_usage_error("live", "%s", ss_error_message(a->ctx));
       break;
+    case OPT_WORKERS: code = ss_cli_integer("live", "workers", arg, 1, SS_LIVE_MAX_WORKERS, &a->workers); break;
     case OPT_REALTIME:
       code = ss_cli_integer("live", "realtime", arg, 0, SS_LIVE_MAX_RT_PRIORITY, &a->realtime);
       a->realtime++;
@@ -353,9 +367,38 @@ static void print_stats(const ss_live_engine *e, const char *label, double rate_
   ss_live_stats_print(stderr, label, &s, rate_hz);
 }
 
+/* The counters every --stats-every seconds. */
+static void stats_tick(const live_args *a, const ss_live_engine *e, double rate_hz, double *next_stats) {
+  double now = ss_now();
+  if (now < *next_stats) return;
+  print_stats(e, "live", rate_hz);
+  while (*next_stats <= now) *next_stats += a->stats_every_s;
+}
+
+static double first_stats(const live_args *a) { return a->stats_every_s > 0 ? ss_now() + a->stats_every_s : INFINITY; }
+
+/* The source ended: flush; *over = 1 unless --reconnect, which resets the engine for the next
+ * connection (the filter state restarts, the counters go on). */
+static ss_status stream_ended(ss_ctx *ctx, const live_args *a, ss_live_engine *e, sink *k, int *over) {
+  SS_TRY(ss_live_flush(ctx, e, write_spike, k));
+  *over = !a->reconnect;
+  if (*over) return SS_OK;
+  ss_log_info(ctx, "live: the source disconnected; waiting for the next connection");
+  ss_live_reset(e);
+  k->t_offset = 0;
+  return SS_OK;
+}
+
+/* The source failed (e.g. it ended mid-frame): the whole rows before were pushed; report every
+ * pending spike, then the failure `msg`. */
+static ss_status stream_failed(ss_ctx *ctx, ss_live_engine *e, sink *k, ss_status st, const char *msg) {
+  SS_TRY(ss_live_flush(ctx, e, write_spike, k));
+  return ss_fail(ctx, st, "%s", msg ? msg : ss_strerror(st));
+}
+
 /* Push queued blocks until the stream ends (or, with --reconnect, a signal). */
 static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_engine *e, sink *k, double rate_hz) {
-  double next_stats = a->stats_every_s > 0 ? ss_now() + a->stats_every_s : INFINITY;
+  double next_stats = first_stats(a);
   for (;;) {
     /* a stop request (signal) still processes what was already received */
     item *it = queue_get(q, stop_requested || a->spin ? 0 : SS_LIVE_WAIT_S);
@@ -364,30 +407,113 @@ static ss_status engine_loop(ss_ctx *ctx, const live_args *a, queue *q, ss_live_
     if (it && it->kind == ITEM_ROWS) {
       st = ss_live_push(ctx, e, it->rows, it->n, it->t_arrival, write_spike, k);
     } else if (it && it->kind == ITEM_END) {
-      st = ss_live_flush(ctx, e, write_spike, k);
-      if (st == SS_OK && !a->reconnect) {
+      int over = 0;
+      st = stream_ended(ctx, a, e, k, &over);
+      if (st == SS_OK && over) {
         q->reader_done = 1;
         free(it);
         return SS_OK;
       }
-      ss_log_info(ctx, "live: the source disconnected; waiting for the next connection");
-      ss_live_reset(e);
-      k->t_offset = 0;
     } else if (it) {
-      /* whole rows before the error were pushed: report every pending spike, then the error */
       q->reader_done = 1;
-      st = ss_live_flush(ctx, e, write_spike, k);
-      if (st == SS_OK) st = ss_fail(ctx, it->st, "%s", it->msg ? it->msg : ss_strerror(it->st));
+      st = stream_failed(ctx, e, k, it->st, it->msg);
       free(it->msg);
     }
     free(it);
     if (st != SS_OK) return st;
-    double now = ss_now();
-    if (now >= next_stats) {
-      print_stats(e, "live", rate_hz);
-      while (next_stats <= now) next_stats += a->stats_every_s;
-    }
+    stats_tick(a, e, rate_hz, &next_stats);
   }
+}
+
+/* --- --spin: the workers' task (src/live_workers.h); the source and the engine are used under the turn */
+
+typedef struct {
+  const live_args *a;
+  ss_live_engine *e;
+  sink *k;
+  double rate_hz, next_stats;
+  int n_channels;
+  ss_link *l;
+  ss_frame_reader *r;
+  atomic_int fd; /* the source's descriptor for the idle polls; -1 while none is open */
+} spin_loop;
+
+static int readable(int fd) {
+  struct pollfd pfd = {.fd = fd, .events = POLLIN};
+  return poll(&pfd, 1, 0) != 0;
+}
+
+/* Without the turn: a block may be there, or the source must be opened, or a stop was requested. */
+static int spin_ready(void *user) {
+  spin_loop *p = user;
+  int fd = atomic_load(&p->fd);
+  return fd < 0 || stop_requested || readable(fd);
+}
+
+static void spin_close(spin_loop *p) {
+  atomic_store(&p->fd, -1);
+  ss_frame_reader_close(p->r);
+  ss_link_close(p->l);
+  p->r = NULL;
+  p->l = NULL;
+}
+
+/* A stop request while waiting for the source ends the wait (the turn is held meanwhile). */
+static ss_status spin_open(ss_ctx *ctx, spin_loop *p) {
+  SS_TRY(ss_link_open_cancellable(ctx, p->a->source, SS_LINK_READ, p->a->connect_timeout_s, &stop_requested, &p->l));
+  ss_status st = ss_frame_reader_open(ctx, p->l, p->n_channels, (int64_t)(p->rate_hz * SS_LIVE_READ_MAX_S) + 1, &p->r);
+  if (st != SS_OK) spin_close(p);
+  else atomic_store(&p->fd, ss_link_fd(p->l));
+  return st;
+}
+
+/* With the turn: open the source, or push what it holds (nothing when another worker took it). */
+static ss_status spin_work(ss_ctx *ctx, void *user, int *done) {
+  spin_loop *p = user;
+  if (stop_requested) {
+    *done = 1;
+    return ss_live_flush(ctx, p->e, write_spike, p->k);
+  }
+  if (!p->l) {
+    ss_status st = spin_open(ctx, p);
+    if (st == SS_OK || !stop_requested) return st;
+    ss_ctx_clear(ctx);
+    *done = 1;
+    return ss_live_flush(ctx, p->e, write_spike, p->k);
+  }
+  if (!ss_frame_reader_buffered(p->r) && !readable(atomic_load(&p->fd))) return SS_OK;
+  do {
+    const int16_t *rows;
+    int64_t n = 0;
+    double t;
+    ss_status st = ss_frame_reader_next(ctx, p->r, &rows, &n, &t);
+    if (st != SS_OK) {
+      char msg[SS_CTX_MSG_MAX];
+      snprintf(msg, sizeof(msg), "%s", ss_error_message(ctx));
+      spin_close(p);
+      return stream_failed(ctx, p->e, p->k, st, msg);
+    }
+    if (n == 0) {
+      spin_close(p);
+      return stream_ended(ctx, p->a, p->e, p->k, done);
+    }
+    SS_TRY(ss_live_push(ctx, p->e, rows, n, t, write_spike, p->k));
+  } while (ss_frame_reader_buffered(p->r));
+  stats_tick(p->a, p->e, p->rate_hz, &p->next_stats);
+  return SS_OK;
+}
+
+static ss_status spin_run(ss_ctx *ctx, const ss_backend *be, const live_args *a, ss_live_engine *e, sink *k,
+                          const ss_live_model *m) {
+  spin_loop p = {.a = a, .e = e, .k = k, .rate_hz = m->rate_hz, .next_stats = first_stats(a),
+                 .n_channels = m->n_channels};
+  atomic_init(&p.fd, -1);
+  ss_live_task task = {spin_ready, spin_work, &p};
+  ss_live_workers_opts o = {a->workers > 0 ? (int)a->workers : SS_LIVE_SPIN_WORKERS, a->n_pins ? a->pins : NULL,
+                            a->opts.block_s > 0 ? a->opts.block_s : INFINITY};
+  ss_status st = ss_live_workers_run(ctx, be, &o, &task, NULL);
+  spin_close(&p);
+  return st;
 }
 
 /* --- --train-seconds --------------------------------------------------------------------------- */
@@ -544,9 +670,10 @@ static ss_status run(ss_ctx *ctx, live_args *a) {
   q.a = a;
   q.n_channels = a->train ? (int)a->channels : m.n_channels;
   q.rate_hz = a->train ? a->rate_hz : m.rate_hz;
+  const int workers = a->spin && !a->train; /* --spin: the workers read the source themselves */
   pthread_t reader;
-  int started = st == SS_OK && pthread_create(&reader, NULL, reader_main, &q) == 0;
-  if (st == SS_OK && !started) st = ss_fail(ctx, SS_ERR_INTERNAL, "live: cannot start the reader thread");
+  int started = st == SS_OK && !workers && pthread_create(&reader, NULL, reader_main, &q) == 0;
+  if (st == SS_OK && !workers && !started) st = ss_fail(ctx, SS_ERR_INTERNAL, "live: cannot start the reader thread");
   if (st == SS_OK && a->train) {
     st = train(ctx, a, &q, &tr, &m, &tres);
     if (st == SS_OK && m.n_channels != q.n_channels)
@@ -555,8 +682,8 @@ static ss_status run(ss_ctx *ctx, live_args *a) {
   }
   sink k = {out, a->binary, tres.conn_rows};
   if (st == SS_OK && a->realtime) st = realtime(ctx, (int)a->realtime - 1);
-  if (st == SS_OK && a->pin) st = pin(ctx, (int)a->pin - 1);
-  if (st == SS_OK && !tres.ended) st = engine_loop(ctx, a, &q, e, &k, q.rate_hz);
+  if (st == SS_OK && a->n_pins && !workers) st = pin(ctx, a->pins[0]);
+  if (st == SS_OK && !tres.ended) st = workers ? spin_run(ctx, &be, a, e, &k, &m) : engine_loop(ctx, a, &q, e, &k, q.rate_hz);
   if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", q.rate_hz);
   if (a->train) print_training(&tres, q.rate_hz);
   /* the reader has finished when the loop saw its end or its error; otherwise (a signal, a failed
@@ -593,6 +720,7 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
                                        {"realtime", required_argument, NULL, OPT_REALTIME},
                                        {"spin", no_argument, NULL, OPT_SPIN},
                                        {"pin", required_argument, NULL, OPT_PIN},
+                                       {"workers", required_argument, NULL, OPT_WORKERS},
                                        {0, 0, 0, 0}};
   static live_args a; /* static: the reader thread reads it (see run()) */
   memset(&a, 0, sizeof(a));
@@ -609,6 +737,9 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
   if (a.model && a.train) return ss_cli_usage_error("live", "--model and --train-seconds exclude each other");
   if (a.train && (a.channels <= 0 || !(a.rate_hz > 0)))
     return ss_cli_usage_error("live", "--train-seconds needs --channels N and --rate HZ (the stream has no header)");
+  if (a.workers && !a.spin) return ss_cli_usage_error("live", "--workers goes with --spin (the polling threads)");
+  if (a.n_pins > 1 && !(a.spin && !a.train))
+    return ss_cli_usage_error("live", "--pin: one CPU (the engine thread); a list goes with --spin's workers");
   if (!a.train && a.train_only_option)
     return ss_cli_usage_error("live", "--channels, --rate, --uv-per-step, --probe, --params and --train-dir go with "
                               "--train-seconds (a model gives them)");
