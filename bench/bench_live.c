@@ -22,7 +22,8 @@
  * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]
  *                   [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]
  *                   [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY] [--reader block|spin]
- *                   [--sender sleep|spin] [--workers N] [--pin CPU[,CPU...]] [--sender-pin CPU]
+ *                   [--sender sleep|spin] [--workers N] [--pin CPU[,CPU...]] [--sender-workers N]
+ *                   [--sender-pin CPU[,CPU...]]
  * --cases lists the cases (channels : block ms : cpu|cuda : paced seconds : speed) instead of the
  * product of --channels × --device × --blocks; consecutive cases with one channel count share a
  * workload. --gpu-wait: how the CUDA engine waits for the device (ss_live_wait; default spin).
@@ -32,7 +33,8 @@
  * block is due (default sleep: clock_nanosleep-like). The paced loop runs on the live workers
  * (src/live_workers.h, as `spikestream live --spin`): --workers N pushing threads take turns (with
  * --reader spin; default 1), --pin CPU[,CPU...] pins worker i to the i-th CPU for the paced loop
- * (ss_live_pin); --sender-pin CPU pins the sender thread. Each case records the idle workers' longest
+ * (ss_live_pin); with --sender spin, --sender-workers N sending threads take turns too, and
+ * --sender-pin CPU[,CPU...] pins them. Each case records the idle workers' longest
  * gap between two polls and the gaps longer than a block (`idle_stalls_over_block`: the machine
  * stopping a thread that runs no engine code). A channel count
  * whose model cannot be made (e.g. the sort runs out of device memory) is recorded as a case with an
@@ -114,7 +116,9 @@ typedef struct {
   int n_pins;
   int workers;             /* --workers N: pushing threads taking turns (ss_live_workers_run; --reader spin) */
   char pin_note[160];
-  int sender_cpu;          /* --sender-pin CPU: the sender thread pinned there (-1: not pinned) */
+  int sender_pins[MAX_WORKERS]; /* --sender-pin CPU[,CPU...]: sending thread i pinned to sender_pins[i] */
+  int n_sender_pins;
+  int sender_workers;      /* --sender-workers N: sending threads taking turns (with --sender spin) */
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -211,12 +215,14 @@ typedef struct {
   int64_t total_rows; /* rows sent: the recording looped when longer */
   double speed;       /* schedule: × real time */
   int spin;           /* --sender spin */
-  int cpu;            /* --sender-pin: the CPU (-1: not pinned) */
+  int workers;        /* --sender-workers: sending threads taking turns (with --sender spin) */
+  const int *cpus;    /* --sender-pin: per sending thread a CPU, or NULL */
   int16_t *tmp;       /* a block that wraps around the recording's end */
   double *t_send;   /* per block: just before its write */
   double *t_written; /* per block: when its write returned */
   atomic_llong rows_written; /* rows whose write returned */
   atomic_int done;
+  ss_link *l;
   double t0;
   ss_status st;
   char msg[512];
@@ -236,36 +242,65 @@ static void sleep_until(double t, int spin) {
   nanosleep(&ts, NULL);
 }
 
+/* The next block: its first row, length, and when it is due (once its last sample exists). */
+static int64_t next_block(const sender *s, int64_t *n, double *due) {
+  int64_t r = atomic_load(&s->rows_written);
+  *n = s->total_rows - r < s->block_rows ? s->total_rows - r : s->block_rows;
+  *due = s->t0 + (double)(r + *n) / (RATE * s->speed);
+  return r;
+}
+
+/* The sender is a task of the live workers too (src/live_workers.h): with --sender spin several
+ * sending threads may take turns (--sender-workers), so that the VM stopping one of them does not make
+ * a block leave late — the rig's stall, which the strict arrival would charge to the engine. */
+static int send_ready(void *user) {
+  sender *s = user;
+  int64_t n;
+  double due;
+  int64_t r = next_block(s, &n, &due);
+  return !s->spin || r >= s->total_rows || ss_now() >= due;
+}
+
+static ss_status send_work(ss_ctx *ctx, void *user, int *done) {
+  sender *s = user;
+  int64_t n;
+  double due;
+  const int64_t r = next_block(s, &n, &due), b = r / s->block_rows, C = s->w->C, R = s->w->n_rows;
+  if (r >= s->total_rows) {
+    *done = 1;
+    return SS_OK;
+  }
+  if (s->spin && ss_now() < due) return SS_OK; /* another sending thread was faster */
+  const int16_t *p = s->w->raw + (r % R) * C;
+  if (r % R + n > R) { /* wraps: assemble it */
+    for (int64_t k = 0; k < n; k++) memcpy(s->tmp + k * C, s->w->raw + ((r + k) % R) * C, (size_t)C * sizeof(int16_t));
+    p = s->tmp;
+  }
+  sleep_until(due, s->spin);
+  s->t_send[b] = ss_now();
+  SS_TRY(ss_link_write(ctx, s->l, p, (size_t)(n * C) * sizeof(int16_t)));
+  s->t_written[b] = ss_now();
+  atomic_store(&s->rows_written, r + n);
+  return SS_OK;
+}
+
 static void *sender_main(void *arg) {
   sender *s = arg;
   ss_ctx ctx;
   ss_ctx_init(&ctx);
-  ss_link *l = NULL;
-  if (s->cpu >= 0) {
-    int applied = 0;
-    char why[128];
-    if (ss_live_pin(&ctx, s->cpu, &applied, why, sizeof(why)) != SS_OK || !applied)
-      fprintf(stderr, "bench_live: --sender-pin %d: %s; not pinned\n", s->cpu, applied ? "" : why);
-  }
-  s->st = ss_link_open(&ctx, s->uri, SS_LINK_WRITE, CONNECT_TIMEOUT_S, &l);
+  ctx.quiet = 1;
+  ctx.log_level = SS_LOG_WARN;
+  ss_backend cpu;
+  s->st = ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &cpu);
+  if (s->st == SS_OK) s->st = ss_link_open(&ctx, s->uri, SS_LINK_WRITE, CONNECT_TIMEOUT_S, &s->l);
   s->t0 = ss_now();
-  const int64_t C = s->w->C, R = s->w->n_rows;
-  for (int64_t r = 0, b = 0; r < s->total_rows && s->st == SS_OK; r += s->block_rows, b++) {
-    int64_t n = s->total_rows - r < s->block_rows ? s->total_rows - r : s->block_rows;
-    const int16_t *p = s->w->raw + (r % R) * C;
-    if (r % R + n > R) { /* wraps: assemble it */
-      for (int64_t k = 0; k < n; k++) memcpy(s->tmp + k * C, s->w->raw + ((r + k) % R) * C, (size_t)C * sizeof(int16_t));
-      p = s->tmp;
-    }
-    sleep_until(s->t0 + (double)(r + n) / (RATE * s->speed), s->spin); /* a block leaves once its last sample exists */
-    s->t_send[b] = ss_now();
-    s->st = ss_link_write(&ctx, l, p, (size_t)(n * C) * sizeof(int16_t));
-    s->t_written[b] = ss_now();
-    atomic_store(&s->rows_written, r + n);
-  }
+  ss_live_task task = {send_ready, send_work, s};
+  ss_live_workers_opts o = {s->spin ? s->workers : 1, s->cpus, INFINITY};
+  if (s->st == SS_OK) s->st = ss_live_workers_run(&ctx, &cpu, &o, &task, NULL);
   atomic_store(&s->done, 1);
   if (s->st != SS_OK) snprintf(s->msg, sizeof(s->msg), "%s", ss_error_message(&ctx));
-  ss_link_close(l);
+  ss_link_close(s->l);
+  ss_backend_close(&cpu);
   return NULL;
 }
 
@@ -499,7 +534,8 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
                 .total_rows = (int64_t)(seconds * RATE + 0.5),
                 .speed = bc->speed,
                 .spin = a->spin_sender,
-                .cpu = a->sender_cpu};
+                .workers = a->sender_workers,
+                .cpus = a->n_sender_pins ? a->sender_pins : NULL};
   int64_t n_blocks = (snd.total_rows + snd.block_rows - 1) / snd.block_rows;
   ss_status st = SS_CALLOC(ctx, snd.t_send, (size_t)n_blocks, "send times");
   if (st == SS_OK) st = SS_CALLOC(ctx, snd.t_written, (size_t)n_blocks, "send times");
@@ -587,7 +623,7 @@ static const char usage[] =
     "                  [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]\n"
     "                  [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]\n"
     "                  [--reader block|spin] [--sender sleep|spin] [--workers N]\n"
-    "                  [--pin CPU[,CPU...]] [--sender-pin CPU]\n";
+    "                  [--pin CPU[,CPU...]] [--sender-workers N] [--sender-pin CPU[,CPU...]]\n";
 
 static int parse_device(const char *text, ss_device_kind *out) {
   ss_ctx ctx;
@@ -628,7 +664,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   a->gpu_wait = SS_LIVE_WAIT_SPIN;
   a->workers = 1;
   for (int i = 0; i < MAX_WORKERS; i++) a->pins[i] = -1;
-  a->sender_cpu = -1;
+  a->sender_workers = 1;
+  for (int i = 0; i < MAX_WORKERS; i++) a->sender_pins[i] = -1;
   const double defaults[] = {1, 2, 5, 10};
   a->n_blocks = 4;
   memcpy(a->blocks_ms, defaults, sizeof(defaults));
@@ -644,17 +681,19 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     else if (strcmp(argv[i], "--cases") == 0) cases = v;
     else if (strcmp(argv[i], "--speed") == 0) a->speed = atof(v);
     else if (strcmp(argv[i], "--unpaced-seconds") == 0) a->unpaced_seconds = atof(v);
-    else if (strcmp(argv[i], "--pin") == 0) {
+
+    else if (strcmp(argv[i], "--sender-pin") == 0 || strcmp(argv[i], "--pin") == 0) {
+      int sender_side = strcmp(argv[i], "--sender-pin") == 0;
       ss_ctx pc;
       ss_ctx_init(&pc);
-      if (ss_live_cpu_list_parse(&pc, "bench_live: --pin", v, a->pins, MAX_WORKERS, &a->n_pins) != SS_OK)
-        return fprintf(stderr, "%s\n", ss_error_message(&pc)), 2;
-    } else if (strcmp(argv[i], "--workers") == 0) {
-      a->workers = atoi(v);
-      if (a->workers < 1 || a->workers > MAX_WORKERS)
-        return fprintf(stderr, "bench_live: --workers %s: expected 1..%d\n", v, MAX_WORKERS), 2;
+      if (ss_live_cpu_list_parse(&pc, argv[i], v, sender_side ? a->sender_pins : a->pins, MAX_WORKERS,
+                                 sender_side ? &a->n_sender_pins : &a->n_pins) != SS_OK)
+        return fprintf(stderr, "bench_live: %s\n", ss_error_message(&pc)), 2;
+    } else if (strcmp(argv[i], "--workers") == 0 || strcmp(argv[i], "--sender-workers") == 0) {
+      int n = atoi(v);
+      if (n < 1 || n > MAX_WORKERS) return fprintf(stderr, "bench_live: %s %s: expected 1..%d\n", argv[i], v, MAX_WORKERS), 2;
+      *(strcmp(argv[i], "--workers") == 0 ? &a->workers : &a->sender_workers) = n;
     }
-    else if (strcmp(argv[i], "--sender-pin") == 0) a->sender_cpu = atoi(v);
     else if (strcmp(argv[i], "--sender") == 0) {
       if (strcmp(v, "spin") && strcmp(v, "sleep")) return fprintf(stderr, "bench_live: --sender %s: expected spin or sleep\n", v), 2;
       a->spin_sender = strcmp(v, "spin") == 0;
@@ -826,7 +865,11 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddStringToObject(c, "sender", a->spin_sender ? "spin" : "sleep");
   cJSON_AddStringToObject(c, "pin", a->pin_note);
   cJSON_AddNumberToObject(c, "workers", a->spin_reader ? a->workers : 1);
-  if (a->sender_cpu >= 0) cJSON_AddNumberToObject(c, "sender_cpu", a->sender_cpu);
+  cJSON_AddNumberToObject(c, "sender_workers", a->spin_sender ? a->sender_workers : 1);
+  if (a->n_sender_pins) {
+    cJSON *sp = cJSON_AddArrayToObject(c, "sender_cpus");
+    for (int i = 0; i < a->n_sender_pins; i++) cJSON_AddItemToArray(sp, cJSON_CreateNumber(a->sender_pins[i]));
+  }
   if (bc->device == SS_DEVICE_CUDA) cJSON_AddStringToObject(c, "gpu_wait", a->gpu_wait == SS_LIVE_WAIT_SPIN ? "spin" : "sync");
   cJSON_AddNumberToObject(c, "units", (double)w->model.k);
   cJSON_AddNumberToObject(c, "spikes", (double)p->stats.spikes);
