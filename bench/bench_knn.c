@@ -81,8 +81,12 @@ static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t
   return st == SS_OK ? t : NAN;
 }
 
+static const char *path_name(int path) {
+  return path == SS_KNN_PATH_FUSED ? "fused" : path == SS_KNN_PATH_SMALL ? "small" : "tiled";
+}
+
 static void add_stats(cJSON *c, const ss_knn_stats *s) {
-  cJSON_AddStringToObject(c, "path", s->path == SS_KNN_PATH_FUSED ? "fused" : "tiled");
+  cJSON_AddStringToObject(c, "path", path_name(s->path));
   cJSON_AddStringToObject(c, "strategy", ss_knn_strategy_name(s->strategy));
   cJSON_AddNumberToObject(c, "candidates", (double)s->candidates);
   cJSON_AddNumberToObject(c, "exact_fallbacks", (double)s->fallbacks);
@@ -92,9 +96,9 @@ static void add_stats(cJSON *c, const ss_knn_stats *s) {
 }
 
 #if SS_HAVE_CUDA
-/* Device-resident timings of one case: auto, each path forced (the fused one only where it applies
- * and n <= FUSED_MAX_REFS, the range where auto considers it), the SGEMM tiles alone, plain and as one
- * CUDA graph.
+/* Device-resident timings of one case: auto, each path forced (the small and fused ones only where they
+ * apply and n <= FUSED_MAX_REFS, the range where auto considers them), the SGEMM tiles alone, plain and as
+ * one CUDA graph.
  * Returns auto / the faster GEMM. */
 static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t d, int64_t k,
                              int repeats) {
@@ -114,34 +118,38 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
     ss_knn_opts o;
     ss_knn_opts_from_params(&o, &p);
     o.k = k;
-    static const char *const keys[] = {"device_s", "fused_device_s", "tiled_device_s", "gemm_device_s",
-                                       "gemm_graph_device_s"};
-    const int paths[] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM};
-    const int gemm_only[] = {0, 0, 0, 1, SS_KNN_GEMM_ONLY_GRAPH};
-    double t[5] = {NAN, NAN, NAN, NAN, NAN};
+    enum { T_AUTO, T_SMALL, T_FUSED, T_TILED, T_GEMM, T_GEMM_GRAPH, T_COUNT };
+    static const char *const keys[T_COUNT] = {"device_s", "small_device_s", "fused_device_s", "tiled_device_s",
+                                              "gemm_device_s", "gemm_graph_device_s"};
+    const int paths[T_COUNT] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_SMALL, SS_KNN_PATH_FUSED,
+                                SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM,  SS_KNN_PATH_GEMM};
+    const int gemm_only[T_COUNT] = {0, 0, 0, 0, 1, SS_KNN_GEMM_ONLY_GRAPH};
+    double t[T_COUNT] = {NAN, NAN, NAN, NAN, NAN, NAN};
     ss_knn_stats st = {0}, auto_st = {0};
-    for (int i = 0; i < 5; i++) {
+    int fusable = ss_knn_candidates(k, ix->n) <= SS_KNN_FUSED_MAX_CANDIDATES && ix->n <= FUSED_MAX_REFS;
+    for (int i = 0; i < T_COUNT; i++) {
       o.path = paths[i];
       o.gemm_only = gemm_only[i];
-      if (i == 1 && (ss_knn_candidates(k, ix->n) > SS_KNN_FUSED_MAX_CANDIDATES || d > SS_KNN_FUSED_MAX_DIM ||
-                     ix->n > FUSED_MAX_REFS))
-        continue;
+      if (i == T_FUSED && !(fusable && d <= SS_KNN_FUSED_MAX_DIM)) continue;
+      if (i == T_SMALL && !(fusable && d <= SS_KNN_SMALL_MAX_DIM)) continue;
       if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di, dd, dc, repeats, &t[i], &st) != SS_OK) {
         fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
         t[i] = NAN;
         continue;
       }
-      if (i == 0) auto_st = st;
+      if (i == T_AUTO) auto_st = st;
       cJSON_AddNumberToObject(c, keys[i], t[i]);
     }
-    double gemm = t[4] < t[3] ? t[4] : t[3]; /* the stronger yardstick (NaN-safe: a NaN graph time loses) */
-    ratio = t[0] / gemm;
+    /* the stronger yardstick (NaN-safe: a NaN graph time loses) */
+    double gemm = t[T_GEMM_GRAPH] < t[T_GEMM] ? t[T_GEMM_GRAPH] : t[T_GEMM];
+    ratio = t[T_AUTO] / gemm;
     cJSON_AddNumberToObject(c, "ratio_to_gemm", ratio);
-    cJSON_AddNumberToObject(c, "ratio_to_gemm_plain", t[0] / t[3]);
-    cJSON_AddStringToObject(c, "device_path", auto_st.path == SS_KNN_PATH_FUSED ? "fused" : "tiled");
+    cJSON_AddNumberToObject(c, "ratio_to_gemm_plain", t[T_AUTO] / t[T_GEMM]);
+    cJSON_AddStringToObject(c, "device_path", path_name(auto_st.path));
     cJSON_AddBoolToObject(c, "device_graph", auto_st.graph);
-    printf("  device-resident: ours %.6f s (%s; fused %.6f, tiled %.6f)  gemm %.6f s (graph %.6f)  ratio %.2f\n",
-           t[0], auto_st.path == SS_KNN_PATH_FUSED ? "fused" : "tiled", t[1], t[2], t[3], t[4], ratio);
+    printf("  device-resident: ours %.6f s (%s; small %.6f, fused %.6f, tiled %.6f)  gemm %.6f s (graph %.6f)  "
+           "ratio %.2f\n", t[T_AUTO], path_name(auto_st.path), t[T_SMALL], t[T_FUSED], t[T_TILED], t[T_GEMM],
+           t[T_GEMM_GRAPH], ratio);
   }
   cudaFree(dq), cudaFree(di), cudaFree(dd), cudaFree(dc);
   return ratio;
@@ -149,104 +157,74 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
 #endif
 
 #if SS_HAVE_CUDA
-/* The warp queue's chunk length (ss_knn_opts.warp_chunk) on grid-sized searches, device-resident. */
-static void chunk_sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu) {
-  const int64_t dims[] = {32, 128}, chunks[] = {1024, 2048, 4096}, m = GRID_QUERIES, k = GRID_K;
-  for (int di = 0; di < 2; di++)
-    for (int e = CHUNK_SWEEP_MIN_LOG2; e <= 15; e++) {
-      int64_t n = (int64_t)1 << e, d = dims[di];
-      float *ref = random_points(n, d, 1), *q = random_points(m, d, 2), *dq = NULL;
-      int32_t *di_ = NULL;
-      double *dd = NULL;
-      uint8_t *dc = NULL;
-      ss_knn_index *ix = NULL;
-      char name[128];
-      snprintf(name, sizeof(name), "chunks_m%lld_n%lld_d%lld_k%lld", (long long)m, (long long)n, (long long)d,
-               (long long)k);
-      if (ref && q && ss_knn_index_create(ctx, gpu, ref, n, d, &ix) == SS_OK &&
-          cudaMalloc((void **)&dq, sizeof(float) * (size_t)(m * d)) == cudaSuccess &&
-          cudaMalloc((void **)&di_, sizeof(int32_t) * (size_t)(m * k)) == cudaSuccess &&
-          cudaMalloc((void **)&dd, sizeof(double) * (size_t)(m * k)) == cudaSuccess &&
-          cudaMalloc((void **)&dc, (size_t)m) == cudaSuccess &&
-          cudaMemcpy(dq, q, sizeof(float) * (size_t)(m * d), cudaMemcpyHostToDevice) == cudaSuccess) {
-        cJSON *c = ss_bench_case(doc, name);
-        cJSON_AddStringToObject(c, "group", "chunks");
-        cJSON_AddNumberToObject(c, "queries", (double)m);
-        cJSON_AddNumberToObject(c, "refs", (double)n);
-        cJSON_AddNumberToObject(c, "dim", (double)d);
-        cJSON_AddNumberToObject(c, "k", (double)k);
-        printf("%s:", name);
-        for (int ci = 0; ci < 3; ci++) {
-          ss_params p;
-          ss_params_defaults(&p);
-          ss_knn_opts o;
-          ss_knn_opts_from_params(&o, &p);
-          o.k = k, o.warp_chunk = chunks[ci], o.path = SS_KNN_PATH_GEMM; /* the warp queue's knob */
-          double t = NAN;
-          if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di_, dd, dc, GRID_DEVICE_REPEATS, &t, NULL) != SS_OK)
-            fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
-          char key[64];
-          snprintf(key, sizeof(key), "device_s_chunk%lld", (long long)chunks[ci]);
-          cJSON_AddNumberToObject(c, key, t);
-          printf("  chunk %lld: %.6f s", (long long)chunks[ci], t);
-        }
-        printf("\n");
-        fflush(stdout);
-      }
-      if (ix) ss_knn_index_free(ix);
-      cudaFree(dq), cudaFree(di_), cudaFree(dd), cudaFree(dc);
-      free(ref), free(q);
-    }
-}
-#endif
+/* A knob of the GPU search swept on grid-sized searches, device-resident: one case per (n, d) of the
+ * group, one timing per value (key "<key><value>"). */
+typedef struct {
+  const char *group, *key, *label;
+  int64_t dims[2], values[3];
+  int min_log2;
+  int path;       /* ss_knn_path forced while sweeping */
+  int is_chunk;   /* the knob: ss_knn_opts.warp_chunk (1) or fused_blocks_per_sm (0) */
+} knob_sweep;
 
-#if SS_HAVE_CUDA
-/* The fused path's reference splits (ss_knn_opts.fused_blocks_per_sm: target blocks per SM) on the
- * grid, device-resident: group "fused_splits" (--fused-sweep). */
-static void fused_sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu) {
-  const int64_t dims[] = {32, 256}, bps[] = {2, 4, 8}, m = GRID_QUERIES, k = GRID_K;
+/* The warp queue's chunk length (ss_knn_opts.warp_chunk), on the tiled path. */
+static const knob_sweep CHUNK_SWEEP = {"chunks", "device_s_chunk", "chunk", {32, 128}, {1024, 2048, 4096},
+                                       CHUNK_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, 1};
+/* The fused path's reference splits (ss_knn_opts.fused_blocks_per_sm: target blocks per SM), --fused-sweep. */
+static const knob_sweep FUSED_SWEEP = {"fused_splits", "device_s_bps", "blocks/SM", {32, 256}, {2, 4, 8}, 10,
+                                       SS_KNN_PATH_FUSED, 0};
+
+static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const knob_sweep *ks, int64_t n,
+                       int64_t d, const float *dq, int32_t *di, double *dd, uint8_t *dc) {
+  const int64_t m = GRID_QUERIES, k = GRID_K;
+  char name[128];
+  snprintf(name, sizeof(name), "%s_m%lld_n%lld_d%lld_k%lld", ks->group, (long long)m, (long long)n, (long long)d,
+           (long long)k);
+  cJSON *c = ss_bench_case(doc, name);
+  cJSON_AddStringToObject(c, "group", ks->group);
+  cJSON_AddNumberToObject(c, "queries", (double)m);
+  cJSON_AddNumberToObject(c, "refs", (double)n);
+  cJSON_AddNumberToObject(c, "dim", (double)d);
+  cJSON_AddNumberToObject(c, "k", (double)k);
+  printf("%s:", name);
+  for (int vi = 0; vi < 3; vi++) {
+    ss_params p;
+    ss_params_defaults(&p);
+    ss_knn_opts o;
+    ss_knn_opts_from_params(&o, &p);
+    o.k = k, o.path = ks->path;
+    if (ks->is_chunk) o.warp_chunk = ks->values[vi];
+    else o.fused_blocks_per_sm = ks->values[vi];
+    double t = NAN;
+    ss_knn_stats st = {0};
+    if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di, dd, dc, GRID_DEVICE_REPEATS, &t, &st) != SS_OK)
+      fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
+    char key[64];
+    snprintf(key, sizeof(key), "%s%lld", ks->key, (long long)ks->values[vi]);
+    cJSON_AddNumberToObject(c, key, t);
+    printf("  %s %lld: %.6f s (ref tile %lld)", ks->label, (long long)ks->values[vi], t, (long long)st.ref_tile);
+  }
+  printf("\n");
+  fflush(stdout);
+}
+
+static void sweep(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, const knob_sweep *ks) {
+  const int64_t m = GRID_QUERIES, k = GRID_K;
   for (int di = 0; di < 2; di++)
-    for (int e = 10; e <= 15; e++) {
-      int64_t n = (int64_t)1 << e, d = dims[di];
+    for (int e = ks->min_log2; e <= 15; e++) {
+      int64_t n = (int64_t)1 << e, d = ks->dims[di];
       float *ref = random_points(n, d, 1), *q = random_points(m, d, 2), *dq = NULL;
       int32_t *di_ = NULL;
       double *dd = NULL;
       uint8_t *dc = NULL;
       ss_knn_index *ix = NULL;
-      char name[128];
-      snprintf(name, sizeof(name), "fused_splits_m%lld_n%lld_d%lld_k%lld", (long long)m, (long long)n, (long long)d,
-               (long long)k);
       if (ref && q && ss_knn_index_create(ctx, gpu, ref, n, d, &ix) == SS_OK &&
           cudaMalloc((void **)&dq, sizeof(float) * (size_t)(m * d)) == cudaSuccess &&
           cudaMalloc((void **)&di_, sizeof(int32_t) * (size_t)(m * k)) == cudaSuccess &&
           cudaMalloc((void **)&dd, sizeof(double) * (size_t)(m * k)) == cudaSuccess &&
           cudaMalloc((void **)&dc, (size_t)m) == cudaSuccess &&
-          cudaMemcpy(dq, q, sizeof(float) * (size_t)(m * d), cudaMemcpyHostToDevice) == cudaSuccess) {
-        cJSON *c = ss_bench_case(doc, name);
-        cJSON_AddStringToObject(c, "group", "fused_splits");
-        cJSON_AddNumberToObject(c, "queries", (double)m);
-        cJSON_AddNumberToObject(c, "refs", (double)n);
-        cJSON_AddNumberToObject(c, "dim", (double)d);
-        cJSON_AddNumberToObject(c, "k", (double)k);
-        printf("%s:", name);
-        for (int bi = 0; bi < 3; bi++) {
-          ss_params p;
-          ss_params_defaults(&p);
-          ss_knn_opts o;
-          ss_knn_opts_from_params(&o, &p);
-          o.k = k, o.path = SS_KNN_PATH_FUSED, o.fused_blocks_per_sm = bps[bi];
-          double t = NAN;
-          ss_knn_stats st = {0};
-          if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di_, dd, dc, GRID_DEVICE_REPEATS, &t, &st) != SS_OK)
-            fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
-          char key[64];
-          snprintf(key, sizeof(key), "device_s_bps%lld", (long long)bps[bi]);
-          cJSON_AddNumberToObject(c, key, t);
-          printf("  %lld/SM: %.6f s (split %lld)", (long long)bps[bi], t, (long long)st.ref_tile);
-        }
-        printf("\n");
-        fflush(stdout);
-      }
+          cudaMemcpy(dq, q, sizeof(float) * (size_t)(m * d), cudaMemcpyHostToDevice) == cudaSuccess)
+        sweep_case(doc, ctx, ix, ks, n, d, dq, di_, dd, dc);
       if (ix) ss_knn_index_free(ix);
       cudaFree(dq), cudaFree(di_), cudaFree(dd), cudaFree(dc);
       free(ref), free(q);
@@ -397,8 +375,8 @@ int main(int argc, char **argv) {
       if (r > max_large) max_large = r;
     }
 #if SS_HAVE_CUDA
-    if (with_chunks && !quick) chunk_sweep(&doc, &ctx, g);
-    if (with_fused_sweep && !quick) fused_sweep(&doc, &ctx, g);
+    if (with_chunks && !quick) sweep(&doc, &ctx, g, &CHUNK_SWEEP);
+    if (with_fused_sweep && !quick) sweep(&doc, &ctx, g, &FUSED_SWEEP);
 #endif
     if (with_crossover) {
       int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);

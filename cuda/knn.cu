@@ -13,8 +13,12 @@
  *    reference split) computes the distances with a register micro-tile and selects with the warp
  *    queue in place, so the distance matrix is never written; then the per-warp finish: two launches,
  *    replayed as a CUDA graph on repeated calls.
- * `auto` path: where the fused path applies and n <= 65,536, both paths are timed on the first search
- * of each size class and the faster is remembered (calibrate_path); the tiled path beyond.
+ *  - small (K' <= 64, d <= 64; forced by ss_knn_opts.path): ONE kernel (k_small), a warp per query, a
+ *    block's warps sharing each reference through shared memory: distances, selection (the fused
+ *    kernel's warp queue) and the finish (exact re-rank, certificate, block fallback scan) in one launch,
+ *    replayed as a CUDA graph on repeated calls. For small reference sets, where launches dominate.
+ * `auto` path: where the fused path applies and n <= 65,536, every applicable path is timed on the first
+ * search of each size class and the fastest is remembered (calibrate_path); the tiled path beyond.
  * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
  * all on the device (k_finish_warp, a warp per query, when K' <= 64; else k_finish, a block per
  * query). ss_knn_cuda_search_device is the device-resident entry (no host sync); ss_knn_cuda_search
@@ -95,8 +99,7 @@ struct knn_dev {
   int sm_count = 0;
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau, ftau;
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
-  graph_cache graph, gemm_graph, fgraph; /* the one-tile search; the benchmark's graph-launched GEMM; fused */
-  bool calibrating = false; /* auto path choice in progress: plain launches, graph caches untouched */
+  graph_cache graph, gemm_graph, fgraph, sgraph; /* one-tile search; the benchmark's graph GEMM; fused; small */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0, 0};
   search_plan plan = {0, 0, 0, 0, 0, 0};
@@ -589,20 +592,26 @@ struct fused_queue {
   float tau;
 };
 
-/* One query's values of a tile (a lane's kFtr, v4) through its warp queue: on the split's first tile the
- * seed (>= K' of the tile's values are <= x, warp_seed), then the shared threshold, then the filter. */
-__device__ __noinline__ fused_queue fused_select(float4 v4, int r0, float *sv, int *si, int Kc, fused_queue st,
-                                                 float shared_tau, bool first, unsigned *tau_q, int lane) {
-  const float v[kFtr] = {v4.x, v4.y, v4.z, v4.w};
-  if (first) {
-    float m0 = INFINITY, m1 = INFINITY;
+/* The warp queue's seed over NV values per lane (the 2 smallest of each lane, seed_from_pairs), as the
+ * inclusive threshold nextafter(x): v < nextafter(x) is v <= x. */
+template <int NV>
+__device__ __forceinline__ float queue_seed(const float (&v)[NV], int Kc) {
+  float m0 = INFINITY, m1 = INFINITY;
 #pragma unroll
-    for (int c = 0; c < kFtr; c++) seed_push(m0, m1, v[c]);
-    st.tau = nextafterf(seed_from_pairs(m0, m1, Kc), INFINITY); /* v < nextafter(x): v <= x */
-  }
-  st.tau = fminf(st.tau, shared_tau);
+  for (int c = 0; c < NV; c++) seed_push(m0, m1, v[c]);
+  return nextafterf(seed_from_pairs(m0, m1, Kc), INFINITY);
+}
+
+/* A lane's NV values (value c has reference index base + lane_stride lane + c_stride c) through a warp
+ * queue of the fused layout (sorted 64-entry list sv/si[0, kWarpBuf), pending entries after it): an
+ * element enters when it beats the threshold; a full buffer is merged (fused_queue_merge), the list's K'-th
+ * tightens the threshold at once and is published to tau_q (may be NULL). */
+template <int NV>
+__device__ __forceinline__ fused_queue queue_push(const float (&v)[NV], int base, int lane_stride, int c_stride,
+                                                  float *sv, int *si, int Kc, fused_queue st, unsigned *tau_q,
+                                                  int lane) {
 #pragma unroll
-  for (int c = 0; c < kFtr; c++) {
+  for (int c = 0; c < NV; c++) {
     bool pass = v[c] < st.tau;
     unsigned mask = __ballot_sync(kFull, pass);
     if (!mask) continue;
@@ -619,11 +628,21 @@ __device__ __noinline__ fused_queue fused_select(float4 v4, int r0, float *sv, i
     if (pass) {
       int pos = kWarpBuf + st.nb + __popc(mask & ((1u << lane) - 1u));
       sv[pos] = v[c];
-      si[pos] = r0 + lane * kFtr + c;
+      si[pos] = base + lane * lane_stride + c * c_stride;
     }
     st.nb += cnt;
   }
   return st;
+}
+
+/* One query's values of a tile (a lane's kFtr, v4) through its warp queue: on the split's first tile the
+ * seed (>= K' of the tile's values are <= x, warp_seed), then the shared threshold, then the filter. */
+__device__ __noinline__ fused_queue fused_select(float4 v4, int r0, float *sv, int *si, int Kc, fused_queue st,
+                                                 float shared_tau, bool first, unsigned *tau_q, int lane) {
+  const float v[kFtr] = {v4.x, v4.y, v4.z, v4.w};
+  if (first) st.tau = queue_seed(v, Kc);
+  st.tau = fminf(st.tau, shared_tau);
+  return queue_push(v, r0, kFtr, 1, sv, si, Kc, st, tau_q, lane);
 }
 
 /* Slice s of the block's sequence (tile t_begin + s / nk, dimensions (s % nk) kFk ...) into registers:
@@ -942,6 +961,74 @@ constexpr int kFinWarps = 4;       /* queries per block */
 
 size_t finish_warp_smem(int P2) { return (size_t)P2 * (sizeof(double) + sizeof(int)); }
 
+/* The finish of query qq by its warp, from its merged candidate list (lv, li: entry e = lane + kWarp h,
+ * sorted, K' <= kFinList): the K' exact distances, their sort, the certificate; a certified query's
+ * outputs are written. Returns true when the query needs the exact scan (finish_block_scans). */
+__device__ bool finish_warp_query(const finish_args &a, int64_t qq, const float (&lv)[2], const int (&li)[2],
+                                  int lane) {
+  const float *qrow = a.q + qq * a.d;
+  double qn = 0.0; /* ‖q'‖² as k_finish computes it */
+#pragma unroll 4
+  for (int j = lane; j < a.d; j += kWarp) {
+    double c = (double)(qrow[j] - a.mean[j]);
+    qn += c * c;
+  }
+  for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
+  int r0 = lane < a.Kc ? li[0] : kNoIndex, r1 = lane + kWarp < a.Kc ? li[1] : kNoIndex;
+  const float *row0 = r0 == kNoIndex ? qrow : a.ref + (int64_t)r0 * a.d; /* a missing row: any valid row */
+  const float *row1 = r1 == kNoIndex ? qrow : a.ref + (int64_t)r1 * a.d;
+  double sd[2] = {(double)INFINITY, (double)INFINITY};
+  int si[2] = {r0, r1};
+  if (a.Kc > kWarp) { /* two candidates per lane, chains interleaved */
+    const float *const rows[2] = {row0, row1};
+    double e[2];
+    exact_dists<2>(qrow, rows, a.d, a.vec4, e);
+    if (r1 != kNoIndex) sd[1] = e[1];
+    if (r0 != kNoIndex) sd[0] = e[0];
+  } else {
+    const float *const rows[1] = {row0};
+    double e[1];
+    exact_dists<1>(qrow, rows, a.d, a.vec4, e);
+    if (r0 != kNoIndex) sd[0] = e[0];
+  }
+  reg_sort64(sd, si, lane);
+  double approx_last = (double)reg_get(lv, a.Kc - 1);
+  double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
+  bool scan = !((int64_t)a.Kc >= a.n || approx_last - bound > reg_get(sd, a.k - 1));
+  if (!scan) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int t = lane + kWarp * h;
+      if (t >= a.k) continue;
+      a.out_i[qq * a.k + t] = si[h];
+      if (a.out_d) a.out_d[qq * a.k + t] = sd[h];
+    }
+    if (lane == 0) a.cert[qq] = 1;
+  }
+  if (a.reset_tau && lane == 0) a.reset_tau[qq] = kInfBits;
+  return scan;
+}
+
+/* After a block barrier that follows every warp's finish_warp_query: the whole block scans the flagged
+ * queries q_first + v (need_scan[v], v < nq) one after another with finish_exact_scan, in smem (P2 doubles
+ * and ints). blockDim.x must be the kThreads that finish_scan_size assumes at most. */
+__device__ void finish_block_scans(const finish_args &a, int64_t q_first, const int *need_scan, int nq,
+                                   unsigned char *smem) {
+  double *bd = (double *)smem;
+  int *bi = (int *)(bd + a.P2);
+  for (int v = 0; v < nq; v++) {
+    if (!need_scan[v]) continue; /* uniform across the block */
+    int64_t q = q_first + v;
+    finish_exact_scan(a, a.q + q * a.d, bd, bi, a.P2);
+    for (int t = threadIdx.x; t < a.k; t += blockDim.x) {
+      a.out_i[q * a.k + t] = bi[t];
+      if (a.out_d) a.out_d[q * a.k + t] = bd[t];
+    }
+    if (threadIdx.x == 0) a.cert[q] = 0;
+    __syncthreads(); /* the next scan reuses the buffer */
+  }
+}
+
 __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a, int64_t m) {
   extern __shared__ __align__(16) unsigned char sm_fw[];
   __shared__ int need_scan[kFinWarps];
@@ -949,7 +1036,7 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
   int64_t qq = (int64_t)blockIdx.x * kFinWarps + w;
   bool scan = false;
   if (qq < m) { /* the whole warp: qq is uniform */
-    const float *qrow = a.q + qq * a.d, *gv = a.cand_v + qq * a.L;
+    const float *gv = a.cand_v + qq * a.L;
     const int *gi = a.cand_i + qq * a.L;
     int nl = a.L / a.Kc;
     float lv[2], cv[2], nv[2]; /* the merged list, the list being merged, the next one (registers) */
@@ -963,61 +1050,124 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
         continue; /* nothing in it can enter */
       reg_merge64(lv, li, cv, ci, lane);
     }
-    double qn = 0.0; /* ‖q'‖² as k_finish computes it */
-#pragma unroll 4
-    for (int j = lane; j < a.d; j += kWarp) {
-      double c = (double)(qrow[j] - a.mean[j]);
-      qn += c * c;
-    }
-    for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
-    int r0 = lane < a.Kc ? li[0] : kNoIndex, r1 = lane + kWarp < a.Kc ? li[1] : kNoIndex;
-    const float *row0 = r0 == kNoIndex ? qrow : a.ref + (int64_t)r0 * a.d; /* a missing row: any valid row */
-    const float *row1 = r1 == kNoIndex ? qrow : a.ref + (int64_t)r1 * a.d;
-    double sd[2] = {(double)INFINITY, (double)INFINITY};
-    int si[2] = {r0, r1};
-    if (a.Kc > kWarp) { /* two candidates per lane, chains interleaved */
-      const float *const rows[2] = {row0, row1};
-      double e[2];
-      exact_dists<2>(qrow, rows, a.d, a.vec4, e);
-      if (r1 != kNoIndex) sd[1] = e[1];
-      if (r0 != kNoIndex) sd[0] = e[0];
-    } else {
-      const float *const rows[1] = {row0};
-      double e[1];
-      exact_dists<1>(qrow, rows, a.d, a.vec4, e);
-      if (r0 != kNoIndex) sd[0] = e[0];
-    }
-    reg_sort64(sd, si, lane);
-    double approx_last = (double)reg_get(lv, a.Kc - 1);
-    double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
-    scan = !((int64_t)a.Kc >= a.n || approx_last - bound > reg_get(sd, a.k - 1));
-    if (!scan) {
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        int t = lane + kWarp * h;
-        if (t >= a.k) continue;
-        a.out_i[qq * a.k + t] = si[h];
-        if (a.out_d) a.out_d[qq * a.k + t] = sd[h];
-      }
-      if (lane == 0) a.cert[qq] = 1;
-    }
-    if (a.reset_tau && lane == 0) a.reset_tau[qq] = kInfBits;
+    scan = finish_warp_query(a, qq, lv, li, lane);
   }
   if (lane == 0) need_scan[w] = scan;
   __syncthreads();
-  double *bd = (double *)sm_fw; /* the block's fallback scan buffer */
-  int *bi = (int *)(bd + a.P2);
-  for (int v = 0; v < kFinWarps; v++) {
-    if (!need_scan[v]) continue; /* uniform across the block */
-    int64_t q = (int64_t)blockIdx.x * kFinWarps + v;
-    finish_exact_scan(a, a.q + q * a.d, bd, bi, a.P2);
-    for (int t = threadIdx.x; t < a.k; t += blockDim.x) {
-      a.out_i[q * a.k + t] = bi[t];
-      if (a.out_d) a.out_d[q * a.k + t] = bd[t];
+  int64_t q_first = (int64_t)blockIdx.x * kFinWarps;
+  finish_block_scans(a, q_first, need_scan, (int)(m - q_first < kFinWarps ? m - q_first : kFinWarps), sm_fw);
+}
+
+/* ---- small path: distances, selection and the finish in one kernel (K' <= 64, d <= 64) -----------
+ * For small reference sets (the 1,200-query grid at n 2^10..2^13), where a launch costs as much as a
+ * kernel: one launch, a warp per query. A block owns kSq queries (one per warp), centred into shared
+ * memory with their float norms, and streams the references in tiles of kSrefs, one per thread: a thread
+ * holds its reference's D centred coordinates in registers (zero beyond d) and computes its distance to the
+ * block's kSq queries, whose coordinates it reads from shared memory as warp-wide broadcasts (a chain of
+ * FMAs in dimension order each, then the tiled path's expression max(‖q'‖² + ‖r'‖² − 2 q'·r', 0)); the
+ * values go to a double-buffered shared tile [kSq][kSrefs], so that after one barrier warp w reads its
+ * query's row (conflict-free) and runs it through the fused kernel's warp queue (seed on the first tile,
+ * then the list's K'-th; queue_push), while the next tile's coordinates load. Each reference row is read
+ * from L2 once per block. Then each warp finishes its query (finish_warp_query: exact re-rank, certificate)
+ * and the block scans its uncertified queries (finish_block_scans). No shared threshold: a query has one
+ * list. The certificate's A is the final list's K'-th: a value rejected by the seed is > x >= A, one
+ * rejected by the list's K'-th is >= A (the list only improves). */
+constexpr int kSq = 8;                 /* queries (warps) per block */
+constexpr int kSrefs = kSq * kWarp;    /* references per tile: one per thread */
+constexpr int kSv = kSrefs / kWarp;    /* a lane's values per tile in the selection */
+constexpr int kSdimLow = 32;           /* the two register widths D: d <= 32, else d <= SS_KNN_SMALL_MAX_DIM */
+static_assert(kSq * kWarp == kThreads, "finish_scan_size assumes kThreads threads per block");
+static_assert(SS_KNN_SMALL_MAX_DIM % 4 == 0 && kSdimLow % 4 == 0, "float4 query broadcasts");
+
+struct small_args {
+  const float *ref_t, *rn; /* the fused kernel's dpad × npad transposed centred references; n squared norms */
+  int64_t npad, m;
+  int dpad, ntiles;
+  finish_args f;           /* q, mean, n, d, Kc, k, outputs: the finish's arguments */
+};
+
+/* A thread's reference of a tile: its D centred coordinates (zeros beyond d) and squared norm (+inf
+ * beyond n, so that its value is +inf and never passes). Read from the transposed copy: a warp's loads of
+ * one coordinate are 32 consecutive floats (row-major rows, one per lane, took 32 cache lines per load
+ * instruction: ~4 us per tile of the 1,200-query grid on the H100, device run 1 of brief K4). */
+template <int D>
+__device__ __forceinline__ void small_load(const small_args &a, int64_t r, float (&c)[D], float &rn) {
+  bool in = r < a.f.n;
+#pragma unroll
+  for (int k = 0; k < D; k++) c[k] = in && k < a.dpad ? __ldg(a.ref_t + (int64_t)k * a.npad + r) : 0.0f;
+  rn = in ? __ldg(a.rn + r) : INFINITY;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kSq * kWarp, 2) k_small(small_args a) {
+  extern __shared__ __align__(16) unsigned char sm_sm[]; /* the fallback scan's buffer */
+  __shared__ __align__(16) float qs[kSq][D];
+  __shared__ float qn_s[kSq];
+  __shared__ float ds[2][kSq][kSrefs];
+  __shared__ float sv_s[kSq][kFlistP];
+  __shared__ int si_s[kSq][kFlistP];
+  __shared__ int need_scan[kSq];
+  const finish_args &f = a.f;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * kSq, qq = q0 + w;
+  bool valid = qq < a.m;
+  float *sv = sv_s[w];
+  int *si = si_s[w];
+  { /* warp w centres its query (zeros beyond d and for a missing query) and takes its float norm */
+    float s = 0.0f;
+#pragma unroll
+    for (int k = lane; k < D; k += kWarp) {
+      float x = valid && k < f.d ? f.q[qq * f.d + k] - f.mean[k] : 0.0f;
+      qs[w][k] = x;
+      s += x * x;
     }
-    if (threadIdx.x == 0) a.cert[q] = 0;
-    __syncthreads(); /* the next scan reuses the buffer */
+    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    if (lane == 0) qn_s[w] = s;
+    for (int t = lane; t < kFlistP; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
   }
+  float c[D], rn;
+  small_load<D>(a, threadIdx.x, c, rn);
+  __syncthreads();
+  fused_queue st = {0, INFINITY};
+  for (int t = 0; t < a.ntiles; t++) {
+    float acc[kSq];
+#pragma unroll
+    for (int j = 0; j < kSq; j++) acc[j] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < D; k += 4)
+#pragma unroll
+      for (int j = 0; j < kSq; j++) {
+        float4 qv = *(const float4 *)&qs[j][k]; /* the same address across the block: a broadcast */
+        acc[j] = fmaf(qv.x, c[k], acc[j]);
+        acc[j] = fmaf(qv.y, c[k + 1], acc[j]);
+        acc[j] = fmaf(qv.z, c[k + 2], acc[j]);
+        acc[j] = fmaf(qv.w, c[k + 3], acc[j]);
+      }
+#pragma unroll
+    for (int j = 0; j < kSq; j++) ds[t & 1][j][threadIdx.x] = fmaxf(qn_s[j] + rn + -2.0f * acc[j], 0.0f);
+    __syncthreads(); /* the tile is written; the selection of tile t − 1 is done (its buffer is free) */
+    if (t + 1 < a.ntiles) small_load<D>(a, (int64_t)(t + 1) * kSrefs + threadIdx.x, c, rn); /* in flight below */
+    if (valid) { /* uniform across the warp */
+      float v[kSv];
+#pragma unroll
+      for (int i = 0; i < kSv; i++) v[i] = ds[t & 1][w][i * kWarp + lane];
+      if (t == 0) st.tau = queue_seed(v, f.Kc);
+      st = queue_push(v, t * kSrefs, 1, kWarp, sv, si, f.Kc, st, nullptr, lane);
+    }
+  }
+  bool scan = false;
+  if (valid) {
+    if (st.nb) fused_queue_merge(sv, si, st.nb, lane);
+    __syncwarp();
+    float lv[2];
+    int li[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) lv[h] = sv[lane + kWarp * h], li[h] = si[lane + kWarp * h];
+    scan = finish_warp_query(f, qq, lv, li, lane);
+  }
+  if (lane == 0) need_scan[w] = scan;
+  __syncthreads();
+  finish_block_scans(f, q0, need_scan, (int)(a.m - q0 < kSq ? a.m - q0 : kSq), sm_sm);
 }
 
 int next_pow2(int64_t x) {
@@ -1266,9 +1416,9 @@ struct finish_out {
   uint8_t *cert;
 };
 
-ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, const float *d_query, int64_t m,
-                        const float *cand_v, const int *cand_i, int L, int Kc, int k, unsigned *reset_tau,
-                        const finish_out &out, cudaStream_t s) {
+/* The finish's arguments for m queries with L candidates each (lists of K'). */
+finish_args make_finish_args(const ss_knn_index *ix, const knn_dev *dv, const float *d_query, const float *cand_v,
+                             const int *cand_i, int L, int Kc, int k, unsigned *reset_tau, const finish_out &out) {
   finish_args a;
   a.q = d_query, a.mean = dv->mean, a.ref = dv->ref, a.cand_v = cand_v, a.cand_i = cand_i;
   a.n = ix->n, a.d = (int)ix->d, a.L = L, a.Kc = Kc, a.k = k;
@@ -1277,6 +1427,13 @@ ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, 
   a.ref_norm_max = ix->ref_norm_max, a.reset_tau = reset_tau;
   a.vec4 = ix->d % 4 == 0 && (uintptr_t)d_query % 16 == 0; /* the reference rows are then aligned too */
   a.out_i = out.idx, a.out_d = out.dist, a.cert = out.cert;
+  return a;
+}
+
+ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, const float *d_query, int64_t m,
+                        const float *cand_v, const int *cand_i, int L, int Kc, int k, unsigned *reset_tau,
+                        const finish_out &out, cudaStream_t s) {
+  finish_args a = make_finish_args(ix, dv, d_query, cand_v, cand_i, L, Kc, k, reset_tau, out);
   if (Kc <= kFinList) /* every input list is sorted: a warp per query merges them */
     k_finish_warp<<<(unsigned)ceil_div(m, kFinWarps), kFinWarps * kWarp, finish_warp_smem(a.P2), s>>>(a, m);
   else
@@ -1316,10 +1473,9 @@ bool same_key(const graph_key &a, const graph_key &b) { return !memcmp(&a, &b, s
 
 /* Run `launch` on stream s through the cache's graph (see graph_cache); *graphed: it ran as a graph. */
 template <typename F>
-ss_status graph_run(ss_ctx *ctx, graph_cache &g, bool calibrating, const graph_key &key, cudaStream_t s, F launch,
+ss_status graph_run(ss_ctx *ctx, graph_cache &g, const graph_key &key, cudaStream_t s, F launch,
                     bool *graphed) {
   *graphed = false;
-  if (calibrating) return launch();
   if (!g.off && g.exec && same_key(key, g.key)) {
     SS_CUDA_TRY(ctx, cudaGraphLaunch(g.exec, s));
     *graphed = true;
@@ -1400,7 +1556,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     if (o->gemm_only != SS_KNN_GEMM_ONLY_GRAPH) return gemms();
     bool graphed;
     graph_key gkey = tiled_key(r, d_query, m, SS_KNN_AUTO, 1, out);
-    SS_TRY(graph_run(ctx, r.dv->gemm_graph, r.dv->calibrating, gkey, r.s0, gemms, &graphed));
+    SS_TRY(graph_run(ctx, r.dv->gemm_graph, gkey, r.s0, gemms, &graphed));
     if (stats) stats->graph = graphed;
     return SS_OK;
   }
@@ -1425,7 +1581,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   };
   bool graphed = false;
   if (r.direct)
-    SS_TRY(graph_run(ctx, r.dv->graph, r.dv->calibrating, tiled_key(r, d_query, m, strategy, 0, out), r.s0, search,
+    SS_TRY(graph_run(ctx, r.dv->graph, tiled_key(r, d_query, m, strategy, 0, out), r.s0, search,
                      &graphed));
   else SS_TRY(search());
   if (r.s1 != r.s0) {
@@ -1505,7 +1661,7 @@ ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k, a.nsplit};
   memcpy(key.val, v, sizeof(v));
   bool graphed = false;
-  SS_TRY(graph_run(ctx, dv->fgraph, dv->calibrating, key, s, launch, &graphed));
+  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
   if (stats) {
     stats->strategy = SS_KNN_WARP; /* the fused kernel selects with the warp queue */
     stats->query_tile = kFq;
@@ -1515,12 +1671,52 @@ ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   return SS_OK;
 }
 
+/* The small path: one launch of k_small (D = the register width for d), replayed as a CUDA graph on
+ * repeated calls with the same key (graph_run). */
+ss_status small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
+                       const finish_out &out, ss_knn_stats *stats) {
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  small_args a;
+  a.f = make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out);
+  a.dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep); /* the fused path's view, shared */
+  a.npad = ceil_div(ix->n, kFr) * kFr;
+  SS_TRY(fused_refs(ctx, ix, dv, a.dpad, a.npad, s));
+  a.ref_t = dv->ref_t, a.rn = dv->ref_norm, a.m = m;
+  a.ntiles = (int)ceil_div(ix->n, kSrefs);
+  unsigned blocks = (unsigned)ceil_div(m, kSq);
+  size_t smem = finish_warp_smem(a.f.P2);
+  auto launch = [&]() -> ss_status {
+    if (ix->d <= kSdimLow) k_small<kSdimLow><<<blocks, kSq * kWarp, smem, s>>>(a);
+    else k_small<SS_KNN_SMALL_MAX_DIM><<<blocks, kSq * kWarp, smem, s>>>(a);
+    SS_CUDA_TRY_LAUNCH(ctx, "knn small search (distances, selection, finish)");
+    return SS_OK;
+  };
+  graph_key key;
+  memset(&key, 0, sizeof(key));
+  const void *p[] = {d_query, out.idx, out.dist, out.cert};
+  memcpy(key.ptr, p, sizeof(p));
+  const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k};
+  memcpy(key.val, v, sizeof(v));
+  bool graphed = false;
+  SS_TRY(graph_run(ctx, dv->sgraph, key, s, launch, &graphed));
+  if (stats) {
+    stats->strategy = SS_KNN_WARP; /* the fused kernel's warp queue */
+    stats->query_tile = kSq;
+    stats->ref_tile = kSrefs;
+    stats->graph = graphed;
+  }
+  return SS_OK;
+}
+
 /* auto: where the fused path applies (K' <= SS_KNN_FUSED_MAX_CANDIDATES, d <= SS_KNN_FUSED_MAX_DIM, n <=
- * kFusedAutoMaxRefs), the faster of the two paths, measured on the first search of each (GPU, n, d, m,
- * K') class (log2 classes) and remembered for the process, like the strategy; the tiled path beyond
- * (the large cases, where the SGEMM's efficiency wins and a fused calibration would cost seconds). */
+ * kFusedAutoMaxRefs), the fastest of the fused, the tiled and (d <= SS_KNN_SMALL_MAX_DIM) the small path,
+ * measured on the first search of each (GPU, n, d, m, K') class (log2 classes) and remembered for the
+ * process, like the strategy; the tiled path beyond (the large cases, where the SGEMM's efficiency wins and
+ * a fused calibration would cost seconds). */
 constexpr int64_t kFusedAutoMaxRefs = 65536;
-constexpr int kPathCalibRepeats = 2; /* timed runs per path after a warm-up; the fastest counts */
+constexpr int kPathCalibRepeats = 2; /* timed runs per path after the warm-ups; the fastest counts */
+constexpr int kPathCalibWarmups = 2;  /* a plain call (buffers, strategy), then the graph capture */
 struct path_slot {
   int device, n_class, d_class, m_class, kc_class, path;
 };
@@ -1538,12 +1734,21 @@ bool same_class(const path_slot &a, const path_slot &b) {
          a.kc_class == b.kc_class;
 }
 
-/* The path before calibration: forced, or what auto knows; SS_KNN_PATH_AUTO when auto must measure. */
+bool fused_applies(const ss_knn_index *ix, int64_t Kc) {
+  return Kc <= SS_KNN_FUSED_MAX_CANDIDATES && ix->d <= SS_KNN_FUSED_MAX_DIM;
+}
+
+bool small_applies(const ss_knn_index *ix, int64_t Kc) {
+  return Kc <= SS_KNN_FUSED_MAX_CANDIDATES && ix->d <= SS_KNN_SMALL_MAX_DIM;
+}
+
+/* The path before calibration: forced, or what auto knows; SS_KNN_PATH_AUTO when auto must measure. A
+ * forced path that does not apply runs the tiled path. */
 int choose_path(const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t Kc) {
-  bool fusable = Kc <= SS_KNN_FUSED_MAX_CANDIDATES && ix->d <= SS_KNN_FUSED_MAX_DIM;
   if (o->gemm_only) return SS_KNN_PATH_GEMM;
-  if (o->path == SS_KNN_PATH_FUSED && fusable) return SS_KNN_PATH_FUSED;
-  if (o->path != SS_KNN_PATH_AUTO || o->strategy != SS_KNN_AUTO || !fusable || ix->n > kFusedAutoMaxRefs)
+  if (o->path == SS_KNN_PATH_FUSED && fused_applies(ix, Kc)) return SS_KNN_PATH_FUSED;
+  if (o->path == SS_KNN_PATH_SMALL && small_applies(ix, Kc)) return SS_KNN_PATH_SMALL;
+  if (o->path != SS_KNN_PATH_AUTO || o->strategy != SS_KNN_AUTO || !fused_applies(ix, Kc) || ix->n > kFusedAutoMaxRefs)
     return SS_KNN_PATH_GEMM;
   path_slot c = path_class(ix, m, Kc);
   std::lock_guard<std::mutex> lock(g_path_mu);
@@ -1642,6 +1847,7 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   cudaFree(dv->ref_t), cudaFree(dv->ref_tn);
   if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);
   if (dv->fgraph.exec) cudaGraphExecDestroy(dv->fgraph.exec);
+  if (dv->sgraph.exec) cudaGraphExecDestroy(dv->sgraph.exec);
   if (dv->gemm_graph.exec) cudaGraphExecDestroy(dv->gemm_graph.exec);
   for (int i = 0; i < 2; i++) {
     if (dv->gemm_done[i]) cudaEventDestroy(dv->gemm_done[i]);
@@ -1656,36 +1862,54 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   ix->cuda = nullptr;
 }
 
-/* auto path, first search of its class: both paths run (a warm-up each, then kPathCalibRepeats timed runs,
- * plain launches), the faster is remembered and logged; the caller's search then runs it. Synchronises. */
+const char *path_name(int path) {
+  return path == SS_KNN_PATH_FUSED ? "fused" : path == SS_KNN_PATH_SMALL ? "small" : "tiled";
+}
+
+/* One search on a given path (never auto). */
+ss_status path_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, int path, const float *d_query, int64_t m,
+                      int Kc, const finish_out &out, ss_knn_stats *stats) {
+  if (path == SS_KNN_PATH_FUSED) return fused_search(ctx, ix, o, d_query, m, Kc, out, stats);
+  if (path == SS_KNN_PATH_SMALL) return small_search(ctx, ix, o, d_query, m, Kc, out, stats);
+  return tiled_search(ctx, ix, o, d_query, m, Kc, out, stats);
+}
+
+/* auto path, first search of its class: every applicable path runs as repeated calls run it — a plain
+ * call, a call that captures its CUDA graph, then kPathCalibRepeats timed replays (a path whose key cannot
+ * be captured times plain launches) — and the fastest is remembered and logged; the caller's search then
+ * runs it (a replay of the graph calibration captured, when its key is unchanged). Timing plain launches
+ * instead (device run 1 of brief K4) preferred the one-launch small path at 2^10 where the tiled path's
+ * 4-launch graph is faster. Synchronises. */
 ss_status calibrate_path(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                          const finish_out &out, int *path) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
-  const int paths[2] = {SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
-  float ms[2] = {INFINITY, INFINITY};
-  dv->calibrating = true;
+  const int paths[3] = {SS_KNN_PATH_SMALL, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
+  float ms[3] = {INFINITY, INFINITY, INFINITY};
   ss_status st = SS_OK;
-  for (int p = 0; p < 2 && st == SS_OK; p++)
-    for (int rep = 0; rep <= kPathCalibRepeats && st == SS_OK; rep++) { /* rep 0: warm-up (buffers, strategy) */
+  for (int p = 0; p < 3 && st == SS_OK; p++) {
+    if (paths[p] == SS_KNN_PATH_SMALL && !small_applies(ix, Kc)) continue;
+    for (int rep = 0; rep < kPathCalibWarmups + kPathCalibRepeats && st == SS_OK; rep++) {
       st = cudaEventRecord(dv->t0, s) == cudaSuccess ? SS_OK : ss_fail(ctx, SS_ERR_DEVICE, "knn: event record failed");
-      if (st == SS_OK)
-        st = paths[p] == SS_KNN_PATH_FUSED ? fused_search(ctx, ix, o, d_query, m, Kc, out, nullptr)
-                                           : tiled_search(ctx, ix, o, d_query, m, Kc, out, nullptr);
+      if (st == SS_OK) st = path_search(ctx, ix, o, paths[p], d_query, m, Kc, out, nullptr);
       float t = INFINITY;
       if (st == SS_OK && (cudaEventRecord(dv->t1, s) != cudaSuccess || cudaEventSynchronize(dv->t1) != cudaSuccess ||
                           cudaEventElapsedTime(&t, dv->t0, dv->t1) != cudaSuccess))
         st = ss_fail(ctx, SS_ERR_DEVICE, "knn: path calibration timing failed");
-      if (rep > 0 && t < ms[p]) ms[p] = t;
+      if (rep >= kPathCalibWarmups && t < ms[p]) ms[p] = t;
     }
-  dv->calibrating = false;
+  }
   SS_TRY(st);
+  int best = 0;
+  for (int p = 1; p < 3; p++)
+    if (ms[p] < ms[best]) best = p;
+  if (ms[best] == INFINITY) best = 2; /* nothing timed (cannot happen): the tiled path */
   path_slot c = path_class(ix, m, Kc);
-  c.path = ms[0] <= ms[1] ? SS_KNN_PATH_FUSED : SS_KNN_PATH_GEMM;
+  c.path = paths[best];
   *path = c.path;
-  ss_log_info(ctx, "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (fused %.3f ms, "
-              "tiled %.3f ms)", c.device, c.n_class, c.d_class, c.m_class, Kc, c.path == SS_KNN_PATH_FUSED ? "fused" :
-              "tiled", ms[0], ms[1]);
+  ss_log_info(ctx, "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (small %.3f ms, "
+              "fused %.3f ms, tiled %.3f ms)", c.device, c.n_class, c.d_class, c.m_class, Kc, path_name(c.path), ms[0],
+              ms[1], ms[2]);
   std::lock_guard<std::mutex> lock(g_path_mu);
   if (g_npath < kCalibSlots) g_path[g_npath++] = c;
   return SS_OK;
@@ -1708,8 +1932,7 @@ extern "C" ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, co
     stats->path = path;
     stats->graph = 0;
   }
-  if (path == SS_KNN_PATH_FUSED) return fused_search(ctx, ix, o, d_query, m, (int)Kc, out, stats);
-  return tiled_search(ctx, ix, o, d_query, m, (int)Kc, out, stats);
+  return path_search(ctx, ix, o, path, d_query, m, (int)Kc, out, stats);
 }
 
 extern "C" ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query,

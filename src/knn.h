@@ -79,11 +79,14 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
 
 /* GPU path: the fused kernel (distances and selection in one pass; K' <= SS_KNN_FUSED_MAX_CANDIDATES
  * and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a
- * selection kernel), or auto — where the fused path applies and n <= 65,536, the faster of the two,
- * timed on the first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
-typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_knn_path;
+ * selection kernel), the single-kernel small path (distances, selection and the finish in one launch,
+ * a warp per query; K' <= SS_KNN_FUSED_MAX_CANDIDATES and d <= SS_KNN_SMALL_MAX_DIM, else the tiled
+ * path runs), or auto — where a fused path applies and n <= 65,536, the fastest of them, timed on the
+ * first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
+typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_SMALL } ss_knn_path;
 #define SS_KNN_FUSED_MAX_CANDIDATES 64
 #define SS_KNN_FUSED_MAX_DIM 256 /* the fused kernel keeps its queries' d coordinates in shared memory */
+#define SS_KNN_SMALL_MAX_DIM 64  /* the small kernel keeps a reference's d coordinates in registers */
 
 typedef struct {
   int64_t k;
