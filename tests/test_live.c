@@ -515,22 +515,25 @@ static void sources_and_partial_frames(void **state) {
   live_on_file(fx.bin, "", &file_ref, 0, NULL);
   assert_true(file_ref.n > 1000);
   char live[16384], replay[16384], uri[PATH_LEN + 16], *out, *err;
-  /* stdin */
-  snprintf(live, sizeof(live), "--source - --model '%s' --stats-every 0.05 < '%s'", fx.model, fx.bin);
-  int code = run_live(NULL, live, &out, &err);
-  if (code != 0) fail_msg("live: exit %d: %s", code, err);
   collected got;
-  parse_lines(out, &got);
-  assert_true(same_spikes(&got, &file_ref));
-  /* counter lines while it ran (it takes well over 0.05 s), then the summary */
-  int periodic = 0;
-  for (const char *line = err; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
-    periodic += strncmp(line, "live: ", 6) == 0 && line[6] >= '0' && line[6] <= '9';
-  if (periodic < 1) fail_msg("no counter line in: %s", err);
-  assert_non_null(strstr(err, "live: done: "));
-  free(got.s);
-  free(out);
-  free(err);
+  int code;
+  for (int spin = 0; spin < 2; spin++) { /* stdin: the reader thread, then --spin's workers */
+    snprintf(live, sizeof(live), "--source - --model '%s' --stats-every 0.05%s < '%s'", fx.model,
+             spin ? " --spin" : "", fx.bin);
+    code = run_live(NULL, live, &out, &err);
+    if (code != 0) fail_msg("live: exit %d: %s", code, err);
+    parse_lines(out, &got);
+    assert_true(same_spikes(&got, &file_ref));
+    /* counter lines while it ran (it takes well over 0.05 s), then the summary */
+    int periodic = 0;
+    for (const char *line = err; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+      periodic += strncmp(line, "live: ", 6) == 0 && line[6] >= '0' && line[6] <= '9';
+    if (periodic < 1) fail_msg("no counter line in: %s", err);
+    assert_non_null(strstr(err, "live: done: "));
+    free(got.s);
+    free(out);
+    free(err);
+  }
   /* replay over a UNIX socket, 2 ms blocks at full speed; the disconnect ends the run */
   snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed 0 --block-ms 2 --to 'unix-listen://%s'", fx.bin,
            fx.sock);

@@ -12,6 +12,7 @@
  * --train-seconds: the first S seconds go to src/live_train.h, which fits a model with `sort`'s code
  * in the background; the rows that arrive meanwhile are counted and reported, not labelled (the reader
  * thread and the queue then run with --spin too: the stream is buffered while the model is fitted). */
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <poll.h>
@@ -435,19 +436,23 @@ typedef struct {
   int n_channels;
   ss_link *l;
   ss_frame_reader *r;
-  atomic_int fd; /* the source's descriptor for the idle polls; -1 while none is open */
+  atomic_int fd;           /* the source's descriptor for the idle polls; -1 while none is open */
+  atomic_llong stats_due;  /* next_stats in ns, for the idle polls (a silent source still gets its lines) */
 } spin_loop;
+
+static long long due_ns(double t) { return isfinite(t) ? (long long)(t * 1e9) : LLONG_MAX; }
 
 static int readable(int fd) {
   struct pollfd pfd = {.fd = fd, .events = POLLIN};
   return poll(&pfd, 1, 0) != 0;
 }
 
-/* Without the turn: a block may be there, or the source must be opened, or a stop was requested. */
+/* Without the turn: a block may be there, the source must be opened, a stop was requested, or the
+ * counters are due. */
 static int spin_ready(void *user) {
   spin_loop *p = user;
   int fd = atomic_load(&p->fd);
-  return fd < 0 || stop_requested || readable(fd);
+  return fd < 0 || stop_requested || readable(fd) || (long long)(ss_now() * 1e9) >= atomic_load(&p->stats_due);
 }
 
 static void spin_close(spin_loop *p) {
@@ -481,8 +486,7 @@ static ss_status spin_work(ss_ctx *ctx, void *user, int *done) {
     *done = 1;
     return ss_live_flush(ctx, p->e, write_spike, p->k);
   }
-  if (!ss_frame_reader_buffered(p->r) && !readable(atomic_load(&p->fd))) return SS_OK;
-  do {
+  while (ss_frame_reader_buffered(p->r) || readable(atomic_load(&p->fd))) {
     const int16_t *rows;
     int64_t n = 0;
     double t;
@@ -498,8 +502,10 @@ static ss_status spin_work(ss_ctx *ctx, void *user, int *done) {
       return stream_ended(ctx, p->a, p->e, p->k, done);
     }
     SS_TRY(ss_live_push(ctx, p->e, rows, n, t, write_spike, p->k));
-  } while (ss_frame_reader_buffered(p->r));
+    if (!ss_frame_reader_buffered(p->r)) break;
+  }
   stats_tick(p->a, p->e, p->rate_hz, &p->next_stats);
+  atomic_store(&p->stats_due, due_ns(p->next_stats));
   return SS_OK;
 }
 
@@ -508,6 +514,7 @@ static ss_status spin_run(ss_ctx *ctx, const ss_backend *be, const live_args *a,
   spin_loop p = {.a = a, .e = e, .k = k, .rate_hz = m->rate_hz, .next_stats = first_stats(a),
                  .n_channels = m->n_channels};
   atomic_init(&p.fd, -1);
+  atomic_init(&p.stats_due, due_ns(p.next_stats));
   ss_live_task task = {spin_ready, spin_work, &p};
   ss_live_workers_opts o = {a->workers > 0 ? (int)a->workers : SS_LIVE_SPIN_WORKERS, a->n_pins ? a->pins : NULL,
                             a->opts.block_s > 0 ? a->opts.block_s : INFINITY};
