@@ -82,7 +82,7 @@
 #define MAX_DEVICES 2
 #define N_SLOWEST 10 /* pushes (and overruns) whose breakdown each case records */
 #define MAX_STEAL_CPUS 256
-#define MAX_WORKERS 8
+#define MAX_WORKERS SS_LIVE_MAX_WORKERS
 
 typedef struct {
   int channels;

@@ -14,9 +14,6 @@
 #include "src/live.h"
 #include "src/log.h"
 
-/* Workers beyond this are refused: each one spins on a CPU of its own. */
-#define SS_LIVE_MAX_WORKERS 64
-
 typedef struct {
   const ss_live_task *task;
   ss_ctx *ctx; /* the caller's: used under the turn only */

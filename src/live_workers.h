@@ -31,6 +31,9 @@ typedef struct {
   void *user;
 } ss_live_task;
 
+/* Workers beyond this are refused: each one spins on a CPU of its own. */
+#define SS_LIVE_MAX_WORKERS 16
+
 typedef struct {
   int n_workers;   /* < 1 counts as 1; one worker may block in `work` (nobody waits for the turn) */
   const int *cpus; /* NULL, or per worker a CPU to pin it to (< 0: not pinned) */

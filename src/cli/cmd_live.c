@@ -40,7 +40,6 @@
 #define SS_MS_PER_S 1000.0
 #define SS_LIVE_MAX_CHANNELS 100000     /* --channels (the model loader's limit) */
 #define SS_LIVE_MAX_RT_PRIORITY 99      /* Linux's highest SCHED_FIFO priority */
-#define SS_LIVE_MAX_WORKERS 16          /* --workers, and the CPUs of --pin */
 #define SS_LIVE_SPIN_WORKERS 2          /* --spin: default workers (a second one stands by) */
 
 static const char usage[] =
