@@ -36,7 +36,8 @@
  * (ss_live_pin); with --sender spin, --sender-workers N sending threads take turns too, and
  * --sender-pin CPU[,CPU...] pins them. Each case records the idle workers' longest
  * gap between two polls and the gaps longer than a block (`idle_stalls_over_block`: the machine
- * stopping a thread that runs no engine code). A channel count
+ * stopping a thread that runs no engine code). --replicas R (with --reader spin) runs the paced loop on R
+ * engine replicas (src/live_replicas.h): the runner's counters, no per-push trace. A channel count
  * whose model cannot be made (e.g. the sort runs out of device memory) is recorded as a case with an
  * `error` and skipped; the other cases run, and the exit status is 1. Paced runs trace every push (ss_live_opts.trace): each case records
  * the per-phase mean and max, the N_SLOWEST slowest pushes split by phase, and the worst overruns split
@@ -61,6 +62,7 @@
 #include "params/probe.h"
 #include "src/live.h"
 #include "src/live_model.h"
+#include "src/live_replicas.h"
 #include "src/live_workers.h"
 #include "src/log.h"
 #include "src/sort.h"
@@ -115,6 +117,7 @@ typedef struct {
   int pins[MAX_WORKERS];   /* --pin CPU[,CPU...]: worker i pinned to pins[i] */
   int n_pins;
   int workers;             /* --workers N: pushing threads taking turns (ss_live_workers_run; --reader spin) */
+  int replicas;            /* --replicas R: engines pushing every block (ss_live_replicas_run; --reader spin) */
   char pin_note[160];
   int sender_pins[MAX_WORKERS]; /* --sender-pin CPU[,CPU...]: sending thread i pinned to sender_pins[i] */
   int n_sender_pins;
@@ -514,6 +517,39 @@ static ss_status paced_work(ss_ctx *ctx, void *user, int *done) {
 }
 
 
+/* --replicas: the same reads, into the ring of src/live_replicas.h (arrival: the send time, as above). */
+static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int64_t *n, double *t, int *kind) {
+  paced_loop *p = user;
+  *n = 0;
+  *kind = SS_LIVE_READ_ROWS;
+  if (!ss_frame_reader_buffered(p->r) && !socket_readable(p->fd) && !atomic_load(&p->snd->done)) return SS_OK;
+  double t_read;
+  SS_TRY(ss_frame_reader_next(ctx, p->r, rows, n, &t_read));
+  if (*n == 0) {
+    *kind = SS_LIVE_READ_DONE;
+    return SS_OK;
+  }
+  *t = arrival(p->snd, p->pushed, t_read);
+  p->pushed += *n;
+  return SS_OK;
+}
+
+static ss_status replica_emit(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+  return count_spike(ctx, ((paced_loop *)user)->cnt, s);
+}
+
+/* The paced loop on R engine replicas; the runner's counters replace the engine's (no per-push trace). */
+static ss_status replicas_loop(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w,
+                               const ss_live_opts *o, ss_live_engine *e, paced_loop *pl, run_result *res) {
+  ss_live_replica_set set;
+  SS_TRY(ss_live_replica_set_open(ctx, be, e, &w->model, o, a->replicas, &set));
+  ss_live_replica_io io = {paced_ready, replica_read, replica_emit, pl};
+  ss_live_replicas_opts ro = {set.n, set.es, set.bp, a->n_pins ? a->pins : NULL, w->C, RATE, o->block_s, 0};
+  ss_status st = ss_live_replicas_run(ctx, &ro, &io, &res->stats);
+  ss_live_replica_set_close(&set);
+  return st;
+}
+
 static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, const workload *w,
                            const bench_case *bc, run_result *res) {
   const double block_ms = bc->block_ms, seconds = bc->seconds;
@@ -521,7 +557,7 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
   ss_live_opts_defaults(&o);
   o.block_s = block_ms / MS_PER_S; /* the overrun threshold stays one block at any speed */
   o.gpu_wait = a->gpu_wait;
-  o.trace = 1;
+  o.trace = !a->replicas; /* replicas: the runner counts, no per-push trace */
   ss_live_engine *e = NULL;
   SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
   char path[4200], listen_uri[4300], connect_uri[4300];
@@ -554,8 +590,9 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
   double steal0[MAX_STEAL_CPUS + 1];
   int n_steal = read_steal(steal0);
   double t_start = ss_now();
-  if (st == SS_OK) st = ss_live_workers_run(ctx, be, &wo, &task, &ws);
-  if (st == SS_OK) st = ss_live_flush(ctx, e, count_spike, &cnt);
+  if (st == SS_OK && a->replicas) st = replicas_loop(ctx, be, a, w, &o, e, &pl, res);
+  if (st == SS_OK && !a->replicas) st = ss_live_workers_run(ctx, be, &wo, &task, &ws);
+  if (st == SS_OK && !a->replicas) st = ss_live_flush(ctx, e, count_spike, &cnt);
   res->wall_s = ss_now() - t_start;
   res->busy_s = pl.busy;
   res->log.idle_stalls = ws.idle_stalls;
@@ -563,7 +600,7 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
   steal_since(&res->log, steal0, n_steal);
   if (started) pthread_join(th, NULL);
   if (st == SS_OK && snd.st != SS_OK) st = ss_fail(ctx, snd.st, "sender: %s", snd.msg);
-  ss_live_get_stats(e, &res->stats);
+  if (!a->replicas) ss_live_get_stats(e, &res->stats);
   res->e2e_p50_us = percentile(cnt.e2e_us, cnt.n, 50);
   res->e2e_p99_us = percentile(cnt.e2e_us, cnt.n, 99);
   res->e2e_max_us = percentile(cnt.e2e_us, cnt.n, 100);
@@ -623,7 +660,7 @@ static const char usage[] =
     "                  [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]\n"
     "                  [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY]\n"
     "                  [--reader block|spin] [--sender sleep|spin] [--workers N]\n"
-    "                  [--pin CPU[,CPU...]] [--sender-workers N] [--sender-pin CPU[,CPU...]]\n";
+    "                  [--pin CPU[,CPU...]] [--sender-workers N] [--sender-pin CPU[,CPU...]] [--replicas R]\n";
 
 static int parse_device(const char *text, ss_device_kind *out) {
   ss_ctx ctx;
@@ -689,6 +726,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       if (ss_live_cpu_list_parse(&pc, argv[i], v, sender_side ? a->sender_pins : a->pins, MAX_WORKERS,
                                  sender_side ? &a->n_sender_pins : &a->n_pins) != SS_OK)
         return fprintf(stderr, "bench_live: %s\n", ss_error_message(&pc)), 2;
+    } else if (strcmp(argv[i], "--replicas") == 0) {
+      a->replicas = atoi(v);
+      if (a->replicas < 1 || a->replicas > SS_LIVE_MAX_REPLICAS)
+        return fprintf(stderr, "bench_live: --replicas %s: expected 1..%d\n", v, SS_LIVE_MAX_REPLICAS), 2;
     } else if (strcmp(argv[i], "--workers") == 0 || strcmp(argv[i], "--sender-workers") == 0) {
       int n = atoi(v);
       if (n < 1 || n > MAX_WORKERS) return fprintf(stderr, "bench_live: %s %s: expected 1..%d\n", argv[i], v, MAX_WORKERS), 2;
@@ -865,6 +906,7 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddStringToObject(c, "sender", a->spin_sender ? "spin" : "sleep");
   cJSON_AddStringToObject(c, "pin", a->pin_note);
   cJSON_AddNumberToObject(c, "workers", a->spin_reader ? a->workers : 1);
+  if (a->replicas) cJSON_AddNumberToObject(c, "replicas", a->replicas);
   cJSON_AddNumberToObject(c, "sender_workers", a->spin_sender ? a->sender_workers : 1);
   if (a->n_sender_pins) {
     cJSON *sp = cJSON_AddArrayToObject(c, "sender_cpus");

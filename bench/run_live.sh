@@ -16,7 +16,8 @@
 #   thread during the paced loop, or a list, one per worker; unset = not pinned), SENDER_PIN (a CPU for the sender thread; unset = not pinned),
 #   WORKERS (with READER=spin: pushing threads taking turns, src/live_workers.h; default 1; PIN may list
 #   one CPU per worker, e.g. 3,7), SENDER_WORKERS (with SENDER=spin: sending threads taking turns; default 1;
-#   SENDER_PIN may list one CPU per sending thread),
+#   SENDER_PIN may list one CPU per sending thread), REPLICAS (engines pushing every block, src/live_replicas.h;
+#   PIN lists one CPU per replica),
 #   BUILD_DIR (default /tmp/b), BUILD_TYPE (default Release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,5 +32,5 @@ cases=${CASES:-32:1:cuda:600:1.25,32:2:cuda:8,32:5:cuda:8,32:10:cuda:8,32:5:cpu:
 "$build/bench/bench_live" --seconds "${RECORDING_S:-15}" --cases "$cases" --sort-device "${SORT_DEVICE:-cpu}" \
   --speed "${SPEED:-1}" --unpaced-seconds "${UNPACED_S:-5}" --gpu-wait "${GPU_WAIT:-spin}" \
   ${REALTIME:+--realtime "$REALTIME"} --reader "${READER:-block}" --sender "${SENDER:-sleep}" ${PIN:+--pin "$PIN"} ${SENDER_PIN:+--sender-pin "$SENDER_PIN"} \
-  ${WORKERS:+--workers "$WORKERS"} ${SENDER_WORKERS:+--sender-workers "$SENDER_WORKERS"} \
+  ${WORKERS:+--workers "$WORKERS"} ${SENDER_WORKERS:+--sender-workers "$SENDER_WORKERS"} ${REPLICAS:+--replicas "$REPLICAS"} \
   --out "$out/live.json" | tee "$out/bench_live.log"

@@ -243,7 +243,7 @@ const char *ss_live_phase_name(int phase) {
 
 /* --- counters ----------------------------------------------------------------------------------- */
 
-static void record_latency(ss_live_stats *s, double us) {
+void ss_live_stats_add_latency(ss_live_stats *s, double us) {
   int bin;
   if (!(us >= 1.0)) {
     bin = 0;
@@ -537,7 +537,7 @@ static ss_status emit_selected(ss_ctx *ctx, ss_live_engine *e, int64_t n, ss_liv
                        .amp = l->amplitude[i]};
     double us = (ss_now() - arrival_of(e, s.t + e->m->n_after - 1)) * 1e6;
     s.latency_us = (float)us;
-    record_latency(&e->stats, us);
+    ss_live_stats_add_latency(&e->stats, us);
     e->stats.spikes++;
     SS_TRY(mark_done(ctx, e, l, i));
     SS_TRY(emit(ctx, user, &s));

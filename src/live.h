@@ -163,6 +163,8 @@ ss_status ss_live_realtime(ss_ctx *ctx, int priority, int *applied, char *why, s
  * process's allowed set): *applied = 0 and `why` says why; SS_OK either way. */
 ss_status ss_live_pin(ss_ctx *ctx, int cpu, int *applied, char *why, size_t why_len);
 
+/* One spike's latency into the histogram, the max and the sum. */
+void ss_live_stats_add_latency(ss_live_stats *s, double us);
 /* Latency percentile (0..100) from the histogram, in µs (the upper edge of the bin; max for 100). */
 double ss_live_stats_percentile_us(const ss_live_stats *s, double pct);
 /* One line: "live: S samples (T s), B blocks, N spikes, O overruns; latency p50 … p99 … max … ms". */

@@ -9,8 +9,8 @@
  *  3. agreement with the offline sort: sort → replay → `live --device cuda`: >= 95 % of ALL offline
  *     spikes have a live twin of the same unit (the criterion of tests/test_live.c);
  *  4. `live --device auto` logs its choice;
- *  5. `live --device cuda --spin --workers 3` (pushes from several threads) gives the spikes of the
- *     plain run. */
+ *  5. `live --device cuda --spin --workers 3` (pushes from several threads) and `--spin --replicas 2`
+ *     (two CUDA engines at once) give the spikes of the plain run. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -259,26 +259,30 @@ static void agreement_with_offline_sort(void **state) {
   free(err);
 }
 
-/* 5. --spin's workers (src/live_workers.h) push from several threads, each bound to the device: the
- * spikes of the single-threaded CUDA run. */
+/* 5. --spin's workers (src/live_workers.h) push from several threads, each bound to the device, and
+ * --replicas (src/live_replicas.h) runs two CUDA engines on two streams at once: the spikes of the
+ * single-threaded CUDA run. */
 static void spin_workers_on_the_device(void **state) {
   (void)state;
-  static const char *modes[] = {"--device cuda", "--device cuda --spin --workers 3"};
-  char *out[2], *err[2];
-  collected got[2];
-  for (int m = 0; m < 2; m++) {
+  static const char *modes[] = {"--device cuda", "--device cuda --spin --workers 3", "--device cuda --spin --replicas 2"};
+  enum { N_MODES = sizeof(modes) / sizeof(modes[0]) };
+  char *out[N_MODES], *err[N_MODES];
+  collected got[N_MODES];
+  for (int m = 0; m < N_MODES; m++) {
     int code = run_live(modes[m], &out[m], &err[m]);
     if (code != 0) fail_msg("live %s: exit %d: %s", modes[m], code, err[m]);
     parse_lines(out[m], &got[m]);
     printf("live %s: %lld spikes\n", modes[m], (long long)got[m].n);
   }
   assert_true(got[0].n > 0);
-  assert_int_equal(got[0].n, got[1].n);
-  for (int64_t i = 0; i < got[0].n; i++) {
-    assert_int_equal(got[0].s[i].t, got[1].s[i].t);
-    assert_int_equal(got[0].s[i].unit, got[1].s[i].unit);
+  for (int m = 1; m < N_MODES; m++) {
+    assert_int_equal(got[0].n, got[m].n);
+    for (int64_t i = 0; i < got[0].n; i++) {
+      assert_int_equal(got[0].s[i].t, got[m].s[i].t);
+      assert_int_equal(got[0].s[i].unit, got[m].s[i].unit);
+    }
   }
-  for (int m = 0; m < 2; m++) {
+  for (int m = 0; m < N_MODES; m++) {
     free(out[m]);
     free(err[m]);
     free(got[m].s);

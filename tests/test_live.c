@@ -424,9 +424,12 @@ static double agreement(const char *assign) {
 
 /* --spin and --pin change only how the threads wait: the same spikes as without them, and the pin is
  * said (or, where CPU 0 is not allowed, its refusal). */
+static void parse_summary(const char *err, long long *samples, long long *spikes, long long *overruns);
+
 static void spin_and_pin(void **state) {
   (void)state;
-  static const char *modes[] = {"", " --spin --pin 0", " --spin --workers 3 --pin 0,1"};
+  static const char *modes[] = {"", " --spin --pin 0", " --spin --workers 3 --pin 0,1", " --spin --replicas 2",
+                                " --spin --replicas 3 --pin 0,1"};
   enum { N_MODES = sizeof(modes) / sizeof(modes[0]) };
   char replay[16384], live[16384], *out[N_MODES], *err[N_MODES];
   collected got[N_MODES];
@@ -440,7 +443,14 @@ static void spin_and_pin(void **state) {
     printf("live%s: %lld spikes\n", modes[m], (long long)got[m].n);
     assert_true(got[m].n > 0);
     assert_true(same_spikes(&got[0], &got[m]));
-    if (m) assert_true(strstr(err[m], "pinned to CPU 0") || strstr(err[m], "--pin:") || strstr(err[m], "not pinned"));
+    if (strstr(modes[m], "--pin"))
+      assert_true(strstr(err[m], "pinned to CPU 0") || strstr(err[m], "--pin:") || strstr(err[m], "not pinned"));
+    if (strstr(modes[m], "--replicas")) { /* the runner's counters: every row, every spike, once */
+      long long samples, spikes, overruns;
+      parse_summary(err[m], &samples, &spikes, &overruns);
+      assert_int_equal(samples, (long long)(5.0 * RATE));
+      assert_int_equal(spikes, got[m].n);
+    }
   }
   for (int m = 0; m < N_MODES; m++) {
     free(out[m]);
@@ -556,15 +566,16 @@ static void sources_and_partial_frames(void **state) {
   assert_true(f && fread(bytes, 1, n_bytes, f) == n_bytes);
   fclose(f);
   snprintf(uri, sizeof(uri), "unix-listen://%s", fx.sock);
-  for (int spin = 0; spin < 2; spin++) { /* the reader thread, then --spin's workers */
+  static const char *modes[] = {"", " --spin", " --spin --replicas 2"}; /* the reader thread, workers, replicas */
+  for (int mode = 0; mode < 3; mode++) {
     odd_writer w = {.uri = uri, .bytes = bytes, .n = n_bytes};
     pthread_t th;
-    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model, spin ? " --spin" : "");
+    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model, modes[mode]);
     assert_int_equal(pthread_create(&th, NULL, odd_writer_main, &w), 0);
     code = run_live(NULL, live, &out, &err);
     pthread_join(th, NULL);
     assert_int_equal(w.st, SS_OK);
-    if (code != 0) fail_msg("live%s: exit %d: %s", spin ? " --spin" : "", code, err);
+    if (code != 0) fail_msg("live%s: exit %d: %s", modes[mode], code, err);
     parse_lines(out, &got);
     assert_true(same_spikes(&got, &file_ref));
     free(got.s);
@@ -597,8 +608,9 @@ static void mid_frame_end(void **state) {
   char *err;
   live_on_file(whole, "", &want, 0, NULL);
   assert_true(want.n > 100);
-  for (int spin = 0; spin < 2; spin++) { /* the reader thread's queue, then --spin's workers */
-    live_on_file(cut, spin ? "--spin" : "", &got, 1, &err);
+  static const char *modes[] = {"", "--spin", "--spin --replicas 2"}; /* the queue, the workers, replicas */
+  for (int mode = 0; mode < 3; mode++) {
+    live_on_file(cut, modes[mode], &got, 1, &err);
     assert_true(same_spikes(&got, &want));
     char msg[PATH_LEN + 256];
     snprintf(msg, sizeof(msg),
@@ -652,6 +664,7 @@ static void reconnect(void **state) {
   (void)state;
   reconnect_with("");
   reconnect_with("--spin");
+  reconnect_with("--spin --replicas 2");
 }
 
 /* 4. Replay at full speed in 1 ms blocks: the engine falls behind, overruns are counted, and every
@@ -760,6 +773,9 @@ static void cli_errors(void **state) {
       {"live --source - --train-seconds 0 --channels 32 --rate 30000", 2, "spikestream live: --train-seconds: expected a number > 0, got \"0\"\n"},
       {"live --source - --model m.h5 --workers 2", 2, "spikestream live: --workers goes with --spin (the polling threads)\n"},
       {"live --source - --model m.h5 --spin --workers 17", 2, "spikestream live: --workers: expected an integer in [1, 16], got \"17\"\n"},
+      {"live --source - --model m.h5 --replicas 2", 2, "spikestream live: --replicas goes with --spin, without --workers and --train-seconds\n"},
+      {"live --source - --model m.h5 --spin --workers 2 --replicas 2", 2, "spikestream live: --replicas goes with --spin, without --workers and --train-seconds\n"},
+      {"live --source - --model m.h5 --spin --replicas 9", 2, "spikestream live: --replicas: expected an integer in [1, 8], got \"9\"\n"},
       {"live --source - --model m.h5 --pin 0,1", 2, "spikestream live: --pin: one CPU (the engine thread); a list goes with --spin's workers\n"},
       {"live --source - --model m.h5 --spin --pin 0,x", 2, "spikestream live: --pin 0,x: expected at most 16 CPU numbers 0..1023 separated by commas\n"},
       {"live --source - --model m.h5 --channels 32", 2, "spikestream live: --channels, --rate, --uv-per-step, --probe, --params and --train-dir go with --train-seconds (a model gives them)\n"},

@@ -28,6 +28,7 @@
 #include "src/live.h"
 #include "src/live_model.h"
 #include "src/live_train.h"
+#include "src/live_replicas.h"
 #include "src/live_workers.h"
 #include "src/log.h"
 
@@ -48,7 +49,7 @@ static const char usage[] =
     "                        [--output URI] [--format json|binary]\n"
     "                        [--assign centroid|knn] [--k K] [--distance D] [--block-ms B] [--reconnect]\n"
     "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n"
-    "                        [--realtime P] [--spin [--workers N]] [--pin CPU[,CPU...]]\n\n"
+    "                        [--realtime P] [--spin [--workers N | --replicas R]] [--pin CPU[,CPU...]]\n\n"
     "Label spikes as they arrive on a stream of raw little-endian int16 frames (channel-interleaved,\n"
     "any number of samples per read), with the causal twin of a model that `spikestream sort` wrote.\n"
     "Each spike is written as soon as no later sample can change it (docs/live.md):\n"
@@ -94,6 +95,10 @@ static const char usage[] =
     "                       one the machine stops while idle does not delay the next block (docs/live.md);\n"
     "                       with --train-seconds: a polling reader thread and engine thread instead\n"
     "  --workers N          with --spin: the polling threads (default 2; 1 = no standby)\n"
+    "  --replicas R         with --spin, instead of --workers: R engines (each its own thread and, with\n"
+    "                       CUDA, stream) push every block; the first to finish a block emits it, so a\n"
+    "                       thread the machine stops even inside a block does not delay the stream.\n"
+    "                       Counter lines only at the end (docs/live.md)\n"
     "  --pin CPU[,CPU...]   pin the engine thread (--spin: worker i to the i-th CPU) with\n"
     "                       sched_setaffinity; when refused, a warning\n"
     "\noptions:\n" SS_CLI_COMMON_HELP;
@@ -101,7 +106,7 @@ static const char usage[] =
 enum {
   OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
   OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE, OPT_CHANNELS, OPT_RATE, OPT_UV_PER_STEP,
-  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN, OPT_WORKERS
+  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN, OPT_WORKERS, OPT_REPLICAS
 };
 
 typedef struct {
@@ -110,6 +115,7 @@ typedef struct {
   int64_t realtime; /* --realtime P: P + 1 (0 = not asked) */
   int spin;         /* --spin */
   int64_t workers;  /* --workers N (0: not given) */
+  int64_t replicas; /* --replicas R (0: not given) */
   int pins[SS_LIVE_MAX_WORKERS]; /* --pin: the CPU of worker i (the engine thread: pins[0]); -1 none */
   int n_pins;
   /* --train-seconds */
@@ -156,6 +162,7 @@ static int on_option(int opt, const char *arg, void *user) {
         return ss_cli_usage_error("live", "%s", ss_error_message(a->ctx));
       break;
     case OPT_WORKERS: code = ss_cli_integer("live", "workers", arg, 1, SS_LIVE_MAX_WORKERS, &a->workers); break;
+    case OPT_REPLICAS: code = ss_cli_integer("live", "replicas", arg, 1, SS_LIVE_MAX_REPLICAS, &a->replicas); break;
     case OPT_REALTIME:
       code = ss_cli_integer("live", "realtime", arg, 0, SS_LIVE_MAX_RT_PRIORITY, &a->realtime);
       a->realtime++;
@@ -522,6 +529,54 @@ static ss_status spin_run(ss_ctx *ctx, const ss_backend *be, const live_args *a,
   return st;
 }
 
+/* --- --spin --replicas: R engines push every block (src/live_replicas.h) from spin_loop's source ---- */
+
+static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int64_t *n, double *t, int *kind) {
+  spin_loop *p = user;
+  *n = 0;
+  *kind = SS_LIVE_READ_ROWS;
+  if (stop_requested) {
+    *kind = SS_LIVE_READ_DONE;
+    return SS_OK;
+  }
+  if (!p->l) {
+    ss_status st = spin_open(ctx, p);
+    if (st == SS_OK || !stop_requested) return st;
+    ss_ctx_clear(ctx);
+    *kind = SS_LIVE_READ_DONE;
+    return SS_OK;
+  }
+  if (!ss_frame_reader_buffered(p->r) && !readable(atomic_load(&p->fd))) return SS_OK;
+  ss_status st = ss_frame_reader_next(ctx, p->r, rows, n, t);
+  if (st == SS_OK && *n > 0) return SS_OK;
+  spin_close(p); /* the end of the stream, or its failure (the whole rows before were delivered) */
+  if (st != SS_OK) return st;
+  *kind = p->a->reconnect ? SS_LIVE_READ_END : SS_LIVE_READ_DONE;
+  if (p->a->reconnect) ss_log_info(ctx, "live: the source disconnected; waiting for the next connection");
+  return SS_OK;
+}
+
+static ss_status replica_emit(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+  return write_spike(ctx, ((spin_loop *)user)->k, s);
+}
+
+/* Engines 1..R-1 beside the caller's engine 0 (src/live_replicas.h), the run, the engines closed. */
+static ss_status replicas_run(ss_ctx *ctx, const live_args *a, const ss_backend *be0, ss_live_engine *e0, sink *k,
+                              const ss_live_model *m, ss_live_stats *stats) {
+  ss_live_replica_set set;
+  SS_TRY(ss_live_replica_set_open(ctx, be0, e0, m, &a->opts, (int)a->replicas, &set));
+  spin_loop p = {.a = a, .e = e0, .k = k, .rate_hz = m->rate_hz, .next_stats = INFINITY, .n_channels = m->n_channels};
+  atomic_init(&p.fd, -1);
+  atomic_init(&p.stats_due, LLONG_MAX);
+  ss_live_replica_io io = {spin_ready, replica_read, replica_emit, &p};
+  ss_live_replicas_opts o = {set.n, set.es, set.bp, a->n_pins ? a->pins : NULL, m->n_channels, m->rate_hz,
+                             a->opts.block_s, 0};
+  ss_status st = ss_live_replicas_run(ctx, &o, &io, stats);
+  spin_close(&p);
+  ss_live_replica_set_close(&set);
+  return st;
+}
+
 /* --- --train-seconds --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -689,8 +744,15 @@ static ss_status run(ss_ctx *ctx, live_args *a) {
   sink k = {out, a->binary, tres.conn_rows};
   if (st == SS_OK && a->realtime) st = realtime(ctx, (int)a->realtime - 1);
   if (st == SS_OK && a->n_pins && !workers) st = pin(ctx, a->pins[0]);
-  if (st == SS_OK && !tres.ended) st = workers ? spin_run(ctx, &be, a, e, &k, &m) : engine_loop(ctx, a, &q, e, &k, q.rate_hz);
-  if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", q.rate_hz);
+  ss_live_stats rstats;
+  memset(&rstats, 0, sizeof(rstats));
+  if (st == SS_OK && !tres.ended) {
+    if (a->replicas) st = replicas_run(ctx, a, &be, e, &k, &m, &rstats);
+    else if (workers) st = spin_run(ctx, &be, a, e, &k, &m);
+    else st = engine_loop(ctx, a, &q, e, &k, q.rate_hz);
+  }
+  if (e && a->replicas) ss_live_stats_print(stderr, st == SS_OK ? "live: done" : "live: stopped", &rstats, q.rate_hz);
+  else if (e) print_stats(e, st == SS_OK ? "live: done" : "live: stopped", q.rate_hz);
   if (a->train) print_training(&tres, q.rate_hz);
   /* the reader has finished when the loop saw its end or its error; otherwise (a signal, a failed
    * output) it may wait on the source: the process ends without it */
@@ -727,9 +789,11 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
                                        {"spin", no_argument, NULL, OPT_SPIN},
                                        {"pin", required_argument, NULL, OPT_PIN},
                                        {"workers", required_argument, NULL, OPT_WORKERS},
+                                       {"replicas", required_argument, NULL, OPT_REPLICAS},
                                        {0, 0, 0, 0}};
   static live_args a; /* static: the reader thread reads it (see run()) */
   memset(&a, 0, sizeof(a));
+  for (int i = 0; i < SS_LIVE_MAX_WORKERS; i++) a.pins[i] = -1; /* beyond the --pin list: not pinned */
   a.ctx = ctx;
   ss_live_opts_defaults(&a.opts);
   a.stats_every_s = 10.0;
@@ -744,6 +808,8 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
   if (a.train && (a.channels <= 0 || !(a.rate_hz > 0)))
     return ss_cli_usage_error("live", "--train-seconds needs --channels N and --rate HZ (the stream has no header)");
   if (a.workers && !a.spin) return ss_cli_usage_error("live", "--workers goes with --spin (the polling threads)");
+  if (a.replicas && (!a.spin || a.workers || a.train))
+    return ss_cli_usage_error("live", "--replicas goes with --spin, without --workers and --train-seconds");
   if (a.n_pins > 1 && !(a.spin && !a.train))
     return ss_cli_usage_error("live", "--pin: one CPU (the engine thread); a list goes with --spin's workers");
   if (!a.train && a.train_only_option)
