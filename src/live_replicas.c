@@ -42,6 +42,7 @@ typedef struct {
   shared *sh;
   int index;
   spike_buf out;
+  ss_ctx ctx; /* its engine's failures */
   pthread_t thread;
 } replica;
 
@@ -189,18 +190,16 @@ static void thread_ctx(const ss_ctx *caller, ss_ctx *own) {
 static ss_status process(shared *sh, replica *r, int64_t c, int *over) {
   slot *s = &sh->ring[c % sh->cap];
   ss_live_engine *e = sh->o->engines[r->index];
-  ss_ctx own;
-  thread_ctx(sh->ctx, &own);
   ss_status st = SS_OK;
   if (s->kind == SLOT_ROWS) {
     int64_t t = (int64_t)now_ns();
     first_start(sh, s, t);
-    st = ss_live_push(&own, e, s->rows, s->n, s->t_arrival, collect, &r->out);
+    st = ss_live_push(&r->ctx, e, s->rows, s->n, s->t_arrival, collect, &r->out);
   } else {
-    st = ss_live_flush(&own, e, collect, &r->out); /* the spikes of the rows before the end or the error */
+    st = ss_live_flush(&r->ctx, e, collect, &r->out); /* the spikes of the rows before the end or the error */
     if (s->kind == SLOT_END) ss_live_reset(e);
   }
-  if (st != SS_OK) fail(sh, st, ss_error_message(&own));
+  if (st != SS_OK) fail(sh, st, ss_error_message(&r->ctx));
   else st = emit_first(sh, r, c, s->kind == SLOT_END);
   *over = s->kind == SLOT_DONE || s->kind == SLOT_ERROR;
   if (s->kind == SLOT_ERROR && st == SS_OK) fail(sh, s->st, s->msg);
@@ -211,6 +210,7 @@ static void run_replica(replica *r) {
   shared *sh = r->sh;
   ss_ctx own;
   thread_ctx(sh->ctx, &own);
+  thread_ctx(sh->ctx, &r->ctx);
   int applied = 1;
   char why[160];
   const int cpu = sh->o->cpus ? sh->o->cpus[r->index] : -1;
@@ -267,7 +267,10 @@ ss_status ss_live_replicas_run(ss_ctx *ctx, const ss_live_replicas_opts *o, cons
   cpu_set_t saved;
   int restore = o->cpus && o->cpus[0] >= 0 && sched_getaffinity(0, sizeof(saved), &saved) == 0;
   int started = 1;
-  for (int r = 0; r < o->n; r++) rs[r] = (replica){&sh, r, {NULL, 0, 0}, 0};
+  for (int r = 0; r < o->n; r++) {
+    rs[r].sh = &sh;
+    rs[r].index = r;
+  }
   while (started < o->n && pthread_create(&rs[started].thread, NULL, replica_main, &rs[started]) == 0) started++;
   if (started < o->n) fail(&sh, SS_ERR_INTERNAL, "live replicas: cannot start a replica thread");
   else run_replica(&rs[0]);
