@@ -167,3 +167,20 @@ double ss_bench_gpu_mem_stop_mib(ss_bench_gpu_mem *m) {
   m->impl = NULL;
   return mib;
 }
+
+int ss_bench_read_steal(double *out, int cap) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return 0;
+  char line[512];
+  int n = 0;
+  const double tick = (double)sysconf(_SC_CLK_TCK);
+  while (n < cap && fgets(line, sizeof(line), f) && strncmp(line, "cpu", 3) == 0) {
+    unsigned long long v[8];
+    if (sscanf(line, "%*s %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+               &v[7]) != 8)
+      break;
+    out[n++] = (double)v[7] / tick;
+  }
+  fclose(f);
+  return n;
+}

@@ -34,6 +34,11 @@ void ss_bench_device_string(const ss_backend *be, char *buf, size_t len);
 typedef ss_status (*ss_bench_fn)(void *arg);
 double ss_bench_median_s(ss_bench_fn fn, void *arg, int warmup, int repeats, ss_status *st);
 
+/* Steal time (the hypervisor running something else on a virtual CPU: the guest's threads stop without
+ * a context switch), from /proc/stat, in seconds: out[0] all CPUs, out[1 + i] CPU i; at most `cap`
+ * entries. Returns the count read (0 when /proc/stat is unreadable). */
+int ss_bench_read_steal(double *out, int cap);
+
 /* Peak device memory of a region: a thread samples cudaMemGetInfo every millisecond between start
  * and stop (device-wide, so run nothing else on the GPU meanwhile). Without CUDA or a device,
  * stop returns 0. */

@@ -77,23 +77,6 @@ static int64_t calibrate(double us, uint64_t *sink) {
   }
 }
 
-/* steal seconds per CPU from /proc/stat: [0] all CPUs, [1 + i] cpu i; returns the count of entries. */
-static int read_steal(double *out, int cap) {
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return 0;
-  char line[512];
-  int n = 0;
-  long hz = sysconf(_SC_CLK_TCK);
-  while (n < cap && fgets(line, sizeof line, f) && strncmp(line, "cpu", 3) == 0) {
-    unsigned long long v[8] = {0};
-    if (sscanf(line, "%*s %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-               &v[6], &v[7]) == 8)
-      out[n++] = (double)v[7] / (double)hz;
-  }
-  fclose(f);
-  return n;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -128,7 +111,7 @@ static ss_status run_case(ss_ctx *ctx, const probe_case *pc, double seconds, dou
   if (st == SS_OK) st = SS_CALLOC(ctx, steal0, 2 * (MAX_CPUS + 1), "steal counters");
   if (st == SS_OK) {
     steal1 = steal0 + MAX_CPUS + 1;
-    int ns = read_steal(steal0, MAX_CPUS + 1);
+    int ns = ss_bench_read_steal(steal0, MAX_CPUS + 1);
     double start = ss_now(), prev = start;
     while (n < cap && prev - start < seconds) {
       sink ^= work(sink, iters);
@@ -136,7 +119,7 @@ static ss_status run_case(ss_ctx *ctx, const probe_case *pc, double seconds, dou
       dt[n++] = now - prev;
       prev = now;
     }
-    read_steal(steal1, MAX_CPUS + 1);
+    ss_bench_read_steal(steal1, MAX_CPUS + 1);
     qsort(dt, (size_t)n, sizeof *dt, cmp_double);
     cJSON *c = ss_bench_case(doc, pc->name);
     char sib[64];

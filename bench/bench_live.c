@@ -401,31 +401,9 @@ static void log_overrun(push_log *g, const overrun_note *o, double block_s) {
   g->worst[i] = *o;
 }
 
-/* Steal time (the hypervisor running something else on a virtual CPU, the guest's threads stopped
- * without a context switch): /proc/stat, [0] all CPUs, [1 + i] CPU i, seconds; returns the CPU count
- * read (0 when /proc/stat is unreadable). */
-static int read_steal(double *out) {
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return 0;
-  char line[512];
-  int n = 0;
-  const double tick = (double)sysconf(_SC_CLK_TCK);
-  while (fgets(line, sizeof(line), f) && n <= MAX_STEAL_CPUS) {
-    unsigned long long v[8];
-    if (strncmp(line, "cpu", 3) != 0) break;
-    const char *p = line + 3;
-    while (*p && *p != ' ') p++;
-    if (sscanf(p, "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) != 8)
-      break;
-    out[n++] = (double)v[7] / tick;
-  }
-  fclose(f);
-  return n;
-}
-
 static void steal_since(push_log *g, const double *before, int n) {
   double now[MAX_STEAL_CPUS + 1];
-  int m = read_steal(now);
+  int m = ss_bench_read_steal(now, MAX_STEAL_CPUS + 1);
   if (m < n) n = m;
   if (n > 0) g->steal_s = now[0] - before[0];
   for (int i = 1; i < n; i++)
@@ -588,7 +566,7 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
   ss_live_workers_opts wo = {a->spin_reader ? a->workers : 1, a->n_pins ? a->pins : NULL, o.block_s};
   ss_live_workers_stats ws = {0, 0};
   double steal0[MAX_STEAL_CPUS + 1];
-  int n_steal = read_steal(steal0);
+  int n_steal = ss_bench_read_steal(steal0, MAX_STEAL_CPUS + 1);
   double t_start = ss_now();
   if (st == SS_OK && a->replicas) st = replicas_loop(ctx, be, a, w, &o, e, &pl, res);
   if (st == SS_OK && !a->replicas) st = ss_live_workers_run(ctx, be, &wo, &task, &ws);
