@@ -137,10 +137,7 @@ static ss_status slot_detect(ss_ctx *ctx, const ss_backend *be, const fe_state *
 }
 
 static void slot_ctx_init(fe_slot *s, const ss_ctx *parent) {
-  ss_ctx_init(&s->ctx);
-  s->ctx.quiet = parent->quiet;
-  s->ctx.log_level = parent->log_level;
-  s->ctx.log_stream = parent->log_stream;
+  ss_ctx_init_child(&s->ctx, parent);
   s->st = SS_OK;
 }
 

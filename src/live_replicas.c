@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/live_workers.h"
 #include "src/log.h"
 
 enum { SLOT_ROWS = 0, SLOT_END, SLOT_DONE, SLOT_ERROR };
@@ -178,14 +179,6 @@ static ss_status emit_first(shared *sh, replica *r, int64_t c, int new_stream) {
   return st;
 }
 
-/* A context for a thread of the run: the caller's logging settings. */
-static void thread_ctx(const ss_ctx *caller, ss_ctx *own) {
-  ss_ctx_init(own);
-  own->log_level = caller->log_level;
-  own->log_stream = caller->log_stream;
-  own->quiet = caller->quiet;
-}
-
 /* Read c into this replica's engine. *over: the run is over for this replica. */
 static ss_status process(shared *sh, replica *r, int64_t c, int *over) {
   slot *s = &sh->ring[c % sh->cap];
@@ -208,19 +201,11 @@ static ss_status process(shared *sh, replica *r, int64_t c, int *over) {
 
 static void run_replica(replica *r) {
   shared *sh = r->sh;
-  ss_ctx own;
-  thread_ctx(sh->ctx, &own);
-  thread_ctx(sh->ctx, &r->ctx);
-  int applied = 1;
-  char why[160];
   const int cpu = sh->o->cpus ? sh->o->cpus[r->index] : -1;
-  if (ss_backend_bind_thread(&own, sh->o->bes[r->index]) != SS_OK ||
-      (cpu >= 0 && ss_live_pin(&own, cpu, &applied, why, sizeof(why)) != SS_OK)) {
-    fail(sh, own.status, ss_error_message(&own));
+  if (ss_live_thread_setup(sh->ctx, sh->o->bes[r->index], cpu, "replica", r->index, &r->ctx) != SS_OK) {
+    fail(sh, r->ctx.status, ss_error_message(&r->ctx));
     return;
   }
-  if (!applied) ss_log_warn(&own, "live: replica %d: %s; not pinned", r->index, why);
-  else if (cpu >= 0) ss_log_info(&own, "live: replica %d is pinned to CPU %d", r->index, cpu);
   int64_t c = 0;
   for (int over = 0; !over && !atomic_load_explicit(&sh->stop, memory_order_relaxed);) {
     if (c < atomic_load(&sh->tail)) {
@@ -255,7 +240,7 @@ ss_status ss_live_replicas_run(ss_ctx *ctx, const ss_live_replicas_opts *o, cons
     return ss_fail(ctx, SS_ERR_USAGE, "live replicas: %d: expected 1..%d", o->n, SS_LIVE_MAX_REPLICAS);
   shared sh = {.o = o, .io = io, .ctx = ctx, .cap = o->ring > 0 ? o->ring : SS_LIVE_REPLICA_RING, .st = SS_OK};
   sh.stats.streams = 1;
-  thread_ctx(ctx, &sh.read_ctx);
+  ss_ctx_init_child(&sh.read_ctx, ctx);
   SS_TRY(SS_CALLOC(ctx, sh.ring, (size_t)sh.cap, "live replica ring"));
   atomic_init(&sh.tail, 0);
   atomic_init(&sh.stop, 0);

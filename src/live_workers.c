@@ -42,23 +42,24 @@ static void fail_under_turn(shared *s, const ss_ctx *own) {
   pthread_mutex_unlock(&s->turn);
 }
 
-static int prepare(worker *w) {
-  shared *s = w->s;
-  ss_ctx own;
-  ss_ctx_init(&own);
-  own.log_level = s->ctx->log_level;
-  own.log_stream = s->ctx->log_stream;
-  own.quiet = s->ctx->quiet;
-  int applied = 1;
+ss_status ss_live_thread_setup(const ss_ctx *caller, const ss_backend *be, int cpu, const char *what, int index,
+                               ss_ctx *own) {
+  ss_ctx_init_child(own, caller);
+  SS_TRY(ss_backend_bind_thread(own, be));
+  if (cpu < 0) return SS_OK;
+  int applied = 0;
   char why[160];
-  if (ss_backend_bind_thread(&own, s->be) != SS_OK ||
-      (w->cpu >= 0 && ss_live_pin(&own, w->cpu, &applied, why, sizeof(why)) != SS_OK)) {
-    fail_under_turn(s, &own);
-    return 0;
-  }
-  if (!applied) ss_log_warn(&own, "live: worker %d: %s; not pinned", w->index, why);
-  else if (w->cpu >= 0) ss_log_info(&own, "live: worker %d is pinned to CPU %d", w->index, w->cpu);
-  return 1;
+  SS_TRY(ss_live_pin(own, cpu, &applied, why, sizeof(why)));
+  if (!applied) ss_log_warn(own, "live: %s %d: %s; not pinned", what, index, why);
+  else ss_log_info(own, "live: %s %d is pinned to CPU %d", what, index, cpu);
+  return SS_OK;
+}
+
+static int prepare(worker *w) {
+  ss_ctx own;
+  if (ss_live_thread_setup(w->s->ctx, w->s->be, w->cpu, "worker", w->index, &own) == SS_OK) return 1;
+  fail_under_turn(w->s, &own);
+  return 0;
 }
 
 /* Poll, take the turn when there is work, do it; the gaps between two polls of this worker while

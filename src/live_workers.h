@@ -53,6 +53,13 @@ typedef struct {
 ss_status ss_live_workers_run(ss_ctx *ctx, const ss_backend *be, const ss_live_workers_opts *o,
                               const ss_live_task *task, ss_live_workers_stats *stats);
 
+/* What every thread of a live runner (these workers, src/live_replicas.h) does first: `own` gets the
+ * caller's logging settings, be's device is made current, and the thread is pinned to `cpu` when
+ * cpu >= 0 (a refusal is a warning naming `what` and `index`; a grant is logged). A failure's message is
+ * in `own`. */
+ss_status ss_live_thread_setup(const ss_ctx *caller, const ss_backend *be, int cpu, const char *what, int index,
+                               ss_ctx *own);
+
 /* A comma list of CPU numbers ("3" or "3,7") for ss_live_workers_opts.cpus: at most `cap`, each
  * 0..CPU_SETSIZE-1; *n receives the count. A usage failure names `what` and the text. */
 ss_status ss_live_cpu_list_parse(ss_ctx *ctx, const char *what, const char *text, int *cpus, int cap, int *n);

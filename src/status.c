@@ -12,6 +12,13 @@ void ss_ctx_init(ss_ctx *ctx) {
   ctx->progress_tty = -1;
 }
 
+void ss_ctx_init_child(ss_ctx *child, const ss_ctx *parent) {
+  ss_ctx_init(child);
+  child->log_level = parent->log_level;
+  child->log_stream = parent->log_stream;
+  child->quiet = parent->quiet;
+}
+
 void ss_ctx_clear(ss_ctx *ctx) {
   ctx->status = SS_OK;
   ctx->msg[0] = '\0';

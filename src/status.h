@@ -42,6 +42,9 @@ typedef struct ss_ctx {
 } ss_ctx;
 
 void ss_ctx_init(ss_ctx *ctx);
+/* A fresh context for work done on behalf of `parent` (another thread, a slot): no failure recorded,
+ * the parent's logging settings (level, stream, quiet). */
+void ss_ctx_init_child(ss_ctx *child, const ss_ctx *parent);
 /* Forget the recorded failure (the logging settings stay). */
 void ss_ctx_clear(ss_ctx *ctx);
 
