@@ -469,10 +469,16 @@ static void spin_close(spin_loop *p) {
   p->l = NULL;
 }
 
-/* A stop request while waiting for the source ends the wait (the turn is held meanwhile). */
+/* A stop request while waiting for the source ends the wait (the turn is held meanwhile) without a
+ * failure: the source stays closed and the caller's next turn sees the request. */
 static ss_status spin_open(ss_ctx *ctx, spin_loop *p) {
-  SS_TRY(ss_link_open_cancellable(ctx, p->a->source, SS_LINK_READ, p->a->connect_timeout_s, &stop_requested, &p->l));
-  ss_status st = ss_frame_reader_open(ctx, p->l, p->n_channels, (int64_t)(p->rate_hz * SS_LIVE_READ_MAX_S) + 1, &p->r);
+  ss_status st = ss_link_open_cancellable(ctx, p->a->source, SS_LINK_READ, p->a->connect_timeout_s, &stop_requested, &p->l);
+  if (st != SS_OK && !stop_requested) return st;
+  if (st != SS_OK) {
+    ss_ctx_clear(ctx);
+    return SS_OK;
+  }
+  st = ss_frame_reader_open(ctx, p->l, p->n_channels, (int64_t)(p->rate_hz * SS_LIVE_READ_MAX_S) + 1, &p->r);
   if (st != SS_OK) spin_close(p);
   else atomic_store(&p->fd, ss_link_fd(p->l));
   return st;
@@ -485,13 +491,7 @@ static ss_status spin_work(ss_ctx *ctx, void *user, int *done) {
     *done = 1;
     return ss_live_flush(ctx, p->e, write_spike, p->k);
   }
-  if (!p->l) {
-    ss_status st = spin_open(ctx, p);
-    if (st == SS_OK || !stop_requested) return st;
-    ss_ctx_clear(ctx);
-    *done = 1;
-    return ss_live_flush(ctx, p->e, write_spike, p->k);
-  }
+  if (!p->l) return spin_open(ctx, p);
   while (ss_frame_reader_buffered(p->r) || readable(atomic_load(&p->fd))) {
     const int16_t *rows;
     int64_t n = 0;
@@ -539,13 +539,7 @@ static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int
     *kind = SS_LIVE_READ_DONE;
     return SS_OK;
   }
-  if (!p->l) {
-    ss_status st = spin_open(ctx, p);
-    if (st == SS_OK || !stop_requested) return st;
-    ss_ctx_clear(ctx);
-    *kind = SS_LIVE_READ_DONE;
-    return SS_OK;
-  }
+  if (!p->l) return spin_open(ctx, p);
   if (!ss_frame_reader_buffered(p->r) && !readable(atomic_load(&p->fd))) return SS_OK;
   ss_status st = ss_frame_reader_next(ctx, p->r, rows, n, t);
   if (st == SS_OK && *n > 0) return SS_OK;
