@@ -448,6 +448,11 @@ static int paced_ready(void *user) {
   return !p->a->spin_reader || socket_readable(p->fd) || atomic_load(&p->snd->done);
 }
 
+/* Nothing to read yet: no whole row buffered, the socket empty, the sender still sending. */
+static int paced_nothing_there(const paced_loop *p) {
+  return !ss_frame_reader_buffered(p->r) && !socket_readable(p->fd) && !atomic_load(&p->snd->done);
+}
+
 /* One read and its push, with the trace and the overrun's breakdown. */
 static ss_status paced_push(ss_ctx *ctx, paced_loop *p, int *done) {
   const int16_t *rows;
@@ -487,8 +492,7 @@ static ss_status paced_push(ss_ctx *ctx, paced_loop *p, int *done) {
 /* Whatever is there (nothing when another worker took it), then what the frame reader still holds. */
 static ss_status paced_work(ss_ctx *ctx, void *user, int *done) {
   paced_loop *p = user;
-  if (p->a->spin_reader && !ss_frame_reader_buffered(p->r) && !socket_readable(p->fd) && !atomic_load(&p->snd->done))
-    return SS_OK;
+  if (p->a->spin_reader && paced_nothing_there(p)) return SS_OK;
   do SS_TRY(paced_push(ctx, p, done));
   while (!*done && ss_frame_reader_buffered(p->r));
   return SS_OK;
@@ -500,7 +504,7 @@ static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int
   paced_loop *p = user;
   *n = 0;
   *kind = SS_LIVE_READ_ROWS;
-  if (!ss_frame_reader_buffered(p->r) && !socket_readable(p->fd) && !atomic_load(&p->snd->done)) return SS_OK;
+  if (paced_nothing_there(p)) return SS_OK;
   double t_read;
   SS_TRY(ss_frame_reader_next(ctx, p->r, rows, n, &t_read));
   if (*n == 0) {
