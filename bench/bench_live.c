@@ -85,6 +85,9 @@
 #define N_SLOWEST 10 /* pushes (and overruns) whose breakdown each case records */
 #define MAX_STEAL_CPUS 256
 #define MAX_WORKERS SS_LIVE_MAX_WORKERS
+/* what a --replicas case does not measure: R engines push every block, so one engine's busy time and
+ * per-push phases would describe a replica whose results may have been dropped */
+#define UNTRACED_NOTE "off (replicas: the runner counts blocks, overruns and latencies; no engine phases, busy time or idle gaps)"
 
 typedef struct {
   int channels;
@@ -779,7 +782,13 @@ static const char *device_tag(ss_device_kind d) { return d == SS_DEVICE_CUDA ? "
 
 /* The paced run's breakdown: per-phase mean (over all pushes) and max, the slowest pushes split by
  * phase, and the worst overruns split by cause (ms). */
-static void add_breakdown(cJSON *c, const push_log *g) {
+static void add_breakdown(cJSON *c, const push_log *g, int traced) {
+  cJSON_AddNumberToObject(c, "steal_ms_all_cpus", 1e3 * g->steal_s);
+  cJSON_AddNumberToObject(c, "steal_ms_max_cpu", 1e3 * g->steal_max_cpu_s);
+  if (!traced) {
+    cJSON_AddStringToObject(c, "per_push_trace", UNTRACED_NOTE);
+    return;
+  }
   cJSON *ph = cJSON_AddObjectToObject(c, "phase_ms");
   for (int p = 0; p < SS_LIVE_PHASES; p++) {
     cJSON *o = cJSON_AddObjectToObject(ph, ss_live_phase_name(p));
@@ -790,8 +799,6 @@ static void add_breakdown(cJSON *c, const push_log *g) {
   cJSON_AddNumberToObject(c, "pushes_with_setup", (double)g->with_setup);
   cJSON_AddNumberToObject(c, "pushes_preempted", (double)g->preempted);
   cJSON_AddNumberToObject(c, "pushes_blocked", (double)g->blocked);
-  cJSON_AddNumberToObject(c, "steal_ms_all_cpus", 1e3 * g->steal_s);
-  cJSON_AddNumberToObject(c, "steal_ms_max_cpu", 1e3 * g->steal_max_cpu_s);
   cJSON_AddNumberToObject(c, "push_offcpu_ms_total", 1e3 * g->offcpu_sum_s);
   cJSON_AddNumberToObject(c, "push_offcpu_ms_max", 1e3 * g->offcpu_max_s);
   cJSON_AddNumberToObject(c, "read_wait_ms_max", 1e3 * g->read_wait_max_s);
@@ -834,7 +841,12 @@ static void add_breakdown(cJSON *c, const push_log *g) {
 }
 
 /* One line per case: the phases' mean / max and the slowest push (stdout, next to the case line). */
-static void print_breakdown(const push_log *g) {
+static void print_breakdown(const push_log *g, int traced) {
+  if (!traced) {
+    printf("    steal %.1f ms (all CPUs; max one CPU %.1f); per-push trace: %s\n", 1e3 * g->steal_s,
+           1e3 * g->steal_max_cpu_s, UNTRACED_NOTE);
+    return;
+  }
   printf("    phases (mean / max ms):");
   for (int p = 0; p < SS_LIVE_PHASES; p++)
     printf(" %s %.3f/%.3f", ss_live_phase_name(p), g->pushes ? 1e3 * g->phase_sum[p] / (double)g->pushes : 0,
@@ -887,8 +899,8 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddStringToObject(c, "reader", a->spin_reader ? "spin" : "block");
   cJSON_AddStringToObject(c, "sender", a->spin_sender ? "spin" : "sleep");
   cJSON_AddStringToObject(c, "pin", a->pin_note);
-  cJSON_AddNumberToObject(c, "workers", a->spin_reader ? a->workers : 1);
   if (a->replicas) cJSON_AddNumberToObject(c, "replicas", a->replicas);
+  else cJSON_AddNumberToObject(c, "workers", a->spin_reader ? a->workers : 1);
   cJSON_AddNumberToObject(c, "sender_workers", a->spin_sender ? a->sender_workers : 1);
   if (a->n_sender_pins) {
     cJSON *sp = cJSON_AddArrayToObject(c, "sender_cpus");
@@ -912,24 +924,26 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddNumberToObject(c, "graph_pushes", (double)p->stats.graph_pushes);
   cJSON_AddNumberToObject(c, "detections_per_push", per_push(p->stats.detections, &p->stats));
   cJSON_AddNumberToObject(c, "device_waits_per_push", per_push(p->stats.device_waits, &p->stats));
-  cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
+  if (!a->replicas) cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
+  char busy[32] = "not traced";
+  if (!a->replicas) snprintf(busy, sizeof(busy), "%.1f%%", 100.0 * p->busy_s / p->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_s", u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_x_realtime", seconds / u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_spikes", (double)u->stats.spikes);
-  add_breakdown(c, &p->log);
+  add_breakdown(c, &p->log, !a->replicas);
   printf("%4d ch, %4g ms blocks, %s, %g s paced at %gx in %.1f s: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms "
          "(end to end p50 %.3f, p99 %.3f ms); %lld overruns of %lld blocks (at most %.2f ms behind); %lld pushes "
-         "longer than a block (longest %.2f ms); busy %.1f%%; "
+         "longer than a block (longest %.2f ms); busy %s; "
          "%.2f detections and %.2f device waits per push; unpaced %.1fx real time (%lld spikes in %g s, %lld paced)\n",
          w->C, block_ms, device_tag(bc->device), bc->seconds, bc->speed, p->wall_s,
          1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
          1e-3 * ss_live_stats_percentile_us(&p->stats, 99), 1e-3 * p->stats.latency_max_us, 1e-3 * p->e2e_p50_us,
          1e-3 * p->e2e_p99_us, (long long)p->stats.overruns, (long long)p->stats.blocks, 1e3 * p->stats.max_behind_s,
          (long long)p->stats.slow_pushes, 1e3 * p->stats.max_push_s,
-         100.0 * p->busy_s / p->wall_s, per_push(p->stats.detections, &p->stats),
+         busy, per_push(p->stats.detections, &p->stats),
          per_push(p->stats.device_waits, &p->stats), seconds / u->wall_s, (long long)u->stats.spikes, seconds,
          (long long)p->stats.spikes);
-  print_breakdown(&p->log);
+  print_breakdown(&p->log, !a->replicas);
   fflush(stdout);
   if (w->C == 32 && block_ms == 5.0 && bc->device == SS_DEVICE_CPU)
     ss_bench_summary_number(doc, "p99_ms_32ch_5ms_cpu", 1e-3 * ss_live_stats_percentile_us(&p->stats, 99));
