@@ -15,6 +15,7 @@
 #include "params/probe.h"
 #include "src/frontend.h"
 #include "ss_test.h"
+#include "ss_test_sim.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
 #define RATE 30000.0
@@ -26,18 +27,10 @@
 static ss_probe probe;
 
 static void simulate(int seed, char *path, size_t len) {
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  ss_sim_config c;
-  ss_sim_config_defaults(&c);
-  c.duration_s = DURATION;
-  c.rate_hz = RATE;
-  c.seed = (uint64_t)seed;
+  const ss_sim_config c = ss_test_sim_config(DURATION, RATE, (uint64_t)seed);
   char name[64];
   snprintf(name, sizeof(name), "sim%d.bin", seed);
-  ss_test_path(path, len, name);
-  if (ss_sim_write(&ctx, &c, &probe, path, SS_SIM_FORMAT_BINARY, 0, NULL) != SS_OK)
-    fail_msg("%s", ss_error_message(&ctx));
+  if (ss_test_simulate(PROBE, 40.0, &c, SS_SIM_FORMAT_BINARY, name, path, len, NULL)) fail_msg("simulation %d failed", seed);
 }
 
 static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, int causal, ss_spikes *out,
@@ -48,12 +41,8 @@ static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, i
   ss_params_defaults(&p);
   p.io.gpu_chunk_s = gpu_chunk_s;
   p.filter.causal = causal;
-  ss_source_spec spec = {0};
-  spec.path = path;
-  spec.format = SS_FORMAT_BINARY;
-  spec.n_channels = 32;
-  spec.rate_hz = RATE;
-  spec.uv_per_step = 0.195;
+  const ss_sim_config sim = ss_test_sim_config(DURATION, RATE, 0);
+  ss_source_spec spec = ss_test_binary_spec(path, &sim, 32);
   ss_source *src;
   ss_backend be;
   ss_frontend_model model;

@@ -50,16 +50,8 @@ static int group_setup(void **state) {
     fprintf(stderr, "%s\n", ss_error_message(&ctx));
     return -1;
   }
-  FILE *f = fopen(fx.bin, "rb");
-  if (!f) return -1;
-  fseek(f, 0, SEEK_END);
-  long bytes = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  n_rows = bytes / (int64_t)(sizeof(int16_t) * model.n_channels);
-  raw = malloc((size_t)bytes);
-  size_t got = fread(raw, 1, (size_t)bytes, f);
-  fclose(f);
-  return got == (size_t)bytes ? 0 : -1;
+  raw = ss_test_read_rows(fx.bin, model.n_channels, &n_rows);
+  return raw ? 0 : -1;
 }
 
 static int group_teardown(void **state) {
@@ -275,18 +267,8 @@ static void spin_workers_on_the_device(void **state) {
     printf("live %s: %lld spikes\n", modes[m], (long long)got[m].n);
   }
   assert_true(got[0].n > 0);
-  for (int m = 1; m < N_MODES; m++) {
-    assert_int_equal(got[0].n, got[m].n);
-    for (int64_t i = 0; i < got[0].n; i++) {
-      assert_int_equal(got[0].s[i].t, got[m].s[i].t);
-      assert_int_equal(got[0].s[i].unit, got[m].s[i].unit);
-    }
-  }
-  for (int m = 0; m < N_MODES; m++) {
-    free(out[m]);
-    free(err[m]);
-    free(got[m].s);
-  }
+  for (int m = 1; m < N_MODES; m++) assert_true(same_spikes(&got[0], &got[m]));
+  cli_runs_free(out, err, got, N_MODES);
 }
 
 /* 4. --device auto picks the GPU here and says so. */

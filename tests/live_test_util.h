@@ -56,6 +56,25 @@ static inline void parse_lines(const char *text, collected *c) {
   }
 }
 
+/* The same spikes, in the same order: time, unit, channel and amplitude. */
+static inline int same_spikes(const collected *a, const collected *b) {
+  if (a->n != b->n) return 0;
+  for (int64_t i = 0; i < a->n; i++)
+    if (a->s[i].t != b->s[i].t || a->s[i].unit != b->s[i].unit || a->s[i].channel != b->s[i].channel ||
+        a->s[i].amp != b->s[i].amp)
+      return 0;
+  return 1;
+}
+
+/* The outputs of n command-line runs and their parsed spikes. */
+static inline void cli_runs_free(char **out, char **err, collected *got, int n) {
+  for (int m = 0; m < n; m++) {
+    free(out[m]);
+    free(err[m]);
+    free(got[m].s);
+  }
+}
+
 /* A whole dataset of results.h5 / model.h5. */
 static inline void *h5_read(hid_t f, const char *path, hid_t type, size_t size, int64_t *n) {
   hid_t d = H5Dopen2(f, path, H5P_DEFAULT);

@@ -69,17 +69,34 @@ const char *ss_test_write_file(const char *name, const char *text) {
   return path;
 }
 
-char *ss_test_slurp(const char *path) {
+/* The whole file, plus a NUL byte not counted in *bytes; NULL when it cannot be read. */
+static char *read_whole(const char *path, size_t *bytes) {
   FILE *f = fopen(path, "rb");
-  if (!f) return strdup("");
+  if (!f) return NULL;
   fseek(f, 0, SEEK_END);
   long n = ftell(f);
   fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  size_t got = fread(buf, 1, (size_t)n, f);
-  buf[got] = '\0';
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  size_t got = buf ? fread(buf, 1, (size_t)n, f) : 0;
   fclose(f);
+  if (buf) buf[got] = '\0';
+  if (buf && got != (size_t)n) free(buf), buf = NULL;
+  if (buf) *bytes = got;
   return buf;
+}
+
+char *ss_test_slurp(const char *path) {
+  size_t n;
+  char *buf = read_whole(path, &n);
+  return buf ? buf : strdup("");
+}
+
+int16_t *ss_test_read_rows(const char *path, int n_channels, int64_t *n_rows) {
+  size_t n;
+  char *buf = read_whole(path, &n);
+  if (buf) *n_rows = (int64_t)(n / (sizeof(int16_t) * (size_t)n_channels));
+  else fprintf(stderr, "%s: cannot read\n", path);
+  return (int16_t *)buf;
 }
 
 int ss_test_run_cli(const char *args, char **out, char **err) {

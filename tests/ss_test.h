@@ -37,6 +37,9 @@ const char *ss_test_write_file(const char *name, const char *text);
 
 /* A whole file as a NUL-terminated string (malloc'd); "" when it cannot be read. */
 char *ss_test_slurp(const char *path);
+/* A flat int16 file of n_channels interleaved channels, whole (malloc'd), its rows in *n_rows; NULL
+ * (and a message) when it cannot be read. */
+int16_t *ss_test_read_rows(const char *path, int n_channels, int64_t *n_rows);
 
 /* ctx initialised quietly, for tests */
 void ss_test_ctx(ss_ctx *ctx);

@@ -15,6 +15,7 @@
 #include "params/probe.h"
 #include "src/frontend.h"
 #include "ss_test.h"
+#include "ss_test_sim.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
 #define RATE 20000.0
@@ -24,21 +25,13 @@
 static char bin_path[4096];
 static ss_probe probe; /* channel DEAD_CHANNEL marked dead */
 
+static ss_sim_config sim;
+
 static int group_setup(void **state) {
   (void)state;
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  if (ss_probe_load_file(&ctx, PROBE, 40.0, &probe) != SS_OK) return -1;
-  ss_sim_config c;
-  ss_sim_config_defaults(&c);
-  c.duration_s = DURATION;
-  c.rate_hz = RATE;
-  c.seed = 5;
-  ss_test_path(bin_path, sizeof(bin_path), "sim.bin");
-  if (ss_sim_write(&ctx, &c, &probe, bin_path, SS_SIM_FORMAT_BINARY, 0, NULL) != SS_OK) {
-    fprintf(stderr, "%s\n", ss_error_message(&ctx));
+  sim = ss_test_sim_config(DURATION, RATE, 5);
+  if (ss_test_simulate(PROBE, 40.0, &sim, SS_SIM_FORMAT_BINARY, "sim.bin", bin_path, sizeof(bin_path), &probe))
     return -1;
-  }
   probe.connected[ss_probe_contact_of_channel(&probe, DEAD_CHANNEL)] = 0;
   return 0;
 }
@@ -55,12 +48,7 @@ static void run_frontend(double chunk_s, int threads, ss_spikes *out) {
   ss_params p;
   ss_params_defaults(&p);
   p.io.chunk_s = chunk_s;
-  ss_source_spec spec = {0};
-  spec.path = bin_path;
-  spec.format = SS_FORMAT_BINARY;
-  spec.n_channels = 32;
-  spec.rate_hz = RATE;
-  spec.uv_per_step = 0.195;
+  ss_source_spec spec = ss_test_binary_spec(bin_path, &sim, 32);
   ss_source *src;
   ss_backend be;
   ss_frontend_model model;

@@ -27,12 +27,12 @@
 #include "src/live_model.h"
 #include "live_test_util.h"
 #include "ss_test.h"
+#include "ss_test_sim.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
 #define RATE 30000.0
 #define DURATION 20.0
 #define N_CH 32
-#define UV_PER_STEP 0.195
 #define N_UNITS 4 /* centroids of the hand-made model */
 
 static char bin_path[4096];
@@ -41,6 +41,7 @@ static int16_t *raw;     /* the whole recording */
 static int64_t n_rows;
 static ss_live_model model; /* built here from a causal front-end run */
 static ss_spikes fe;        /* that run's spikes */
+static ss_sim_config sim;   /* the recording's simulation */
 
 /* --- a live model from the CPU front end run causally -------------------------------------------- */
 
@@ -48,12 +49,7 @@ static void build_model(ss_ctx *ctx) {
   ss_params p;
   ss_params_defaults(&p);
   p.filter.causal = 1;
-  ss_source_spec spec = {0};
-  spec.path = bin_path;
-  spec.format = SS_FORMAT_BINARY;
-  spec.n_channels = N_CH;
-  spec.rate_hz = RATE;
-  spec.uv_per_step = UV_PER_STEP;
+  ss_source_spec spec = ss_test_binary_spec(bin_path, &sim, N_CH);
   ss_source *src;
   ss_backend be;
   ss_frontend_model fm;
@@ -102,29 +98,12 @@ static void build_model(ss_ctx *ctx) {
 
 static int group_setup(void **state) {
   (void)state;
+  sim = ss_test_sim_config(DURATION, RATE, 11);
+  if (ss_test_simulate(PROBE, 40.0, &sim, SS_SIM_FORMAT_BINARY, "sim.bin", bin_path, sizeof(bin_path), &probe))
+    return -1;
+  if (!(raw = ss_test_read_rows(bin_path, N_CH, &n_rows))) return -1;
   ss_ctx ctx;
   ss_test_ctx(&ctx);
-  if (ss_probe_load_file(&ctx, PROBE, 40.0, &probe) != SS_OK) return -1;
-  ss_sim_config c;
-  ss_sim_config_defaults(&c);
-  c.duration_s = DURATION;
-  c.rate_hz = RATE;
-  c.seed = 11;
-  ss_test_path(bin_path, sizeof(bin_path), "sim.bin");
-  if (ss_sim_write(&ctx, &c, &probe, bin_path, SS_SIM_FORMAT_BINARY, 0, NULL) != SS_OK) {
-    fprintf(stderr, "%s\n", ss_error_message(&ctx));
-    return -1;
-  }
-  FILE *f = fopen(bin_path, "rb");
-  if (!f) return -1;
-  fseek(f, 0, SEEK_END);
-  long bytes = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  n_rows = bytes / (2 * N_CH);
-  raw = malloc((size_t)bytes);
-  size_t got = fread(raw, 1, (size_t)bytes, f);
-  fclose(f);
-  if (got != (size_t)bytes) return -1;
   build_model(&ctx);
   return 0;
 }
@@ -370,15 +349,6 @@ static int run_live(const char *replay_args, const char *live_args, char **out, 
   return live_cli_run("live", replay_args, live_args, out, err);
 }
 
-static int same_spikes(const collected *a, const collected *b) {
-  if (a->n != b->n) return 0;
-  for (int64_t i = 0; i < a->n; i++)
-    if (a->s[i].t != b->s[i].t || a->s[i].unit != b->s[i].unit || a->s[i].channel != b->s[i].channel ||
-        a->s[i].amp != b->s[i].amp)
-      return 0;
-  return 1;
-}
-
 /* 2. Agreement with the offline sort (the issue's criterion): of ALL offline spikes (but those within
  * EDGE_S of the ends), the fraction whose live twin — the nearest live spike within MATCH_TOLERANCE of
  * its time + the model's causal − offline offset — carries the same unit. */
@@ -452,11 +422,7 @@ static void spin_and_pin(void **state) {
       assert_int_equal(spikes, got[m].n);
     }
   }
-  for (int m = 0; m < N_MODES; m++) {
-    free(out[m]);
-    free(err[m]);
-    free(got[m].s);
-  }
+  cli_runs_free(out, err, got, N_MODES);
 }
 
 /* The default assignment (nearest centroid, plain distance) must give >= 95 % of all offline spikes

@@ -17,6 +17,7 @@
 #include "src/frontend.h"
 #include "src/live_model.h"
 #include "ss_test.h"
+#include "ss_test_sim.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
 #define DURATION 25.0
@@ -49,26 +50,8 @@ static int run_sort(const char *dir_name, const char *extra, char **err_keep) {
 
 static int group_setup(void **state) {
   (void)state;
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  ss_probe probe;
-  if (ss_probe_load_file(&ctx, PROBE, RADIUS_UM, &probe) != SS_OK) return -1;
-  ss_sim_config c;
-  ss_sim_config_defaults(&c);
-  c.duration_s = DURATION;
-  c.n_units = UNITS;
-  c.median_snr = 15;
-  c.snr_spread = 2;
-  c.min_rate_hz = 5;
-  c.max_rate_hz = 15;
-  c.seed = 11;
-  ss_test_path(sim_path, sizeof(sim_path), "sim.nwb");
-  ss_status st = ss_sim_write(&ctx, &c, &probe, sim_path, SS_SIM_FORMAT_NWB, 0, NULL);
-  ss_probe_free(&probe);
-  if (st != SS_OK) {
-    fprintf(stderr, "%s\n", ss_error_message(&ctx));
-    return -1;
-  }
+  const ss_sim_config c = ss_test_sim_units(DURATION, UNITS, 15, 11);
+  if (ss_test_simulate(PROBE, RADIUS_UM, &c, SS_SIM_FORMAT_NWB, "sim.nwb", sim_path, sizeof(sim_path), NULL)) return -1;
   const char *no_twin = ss_test_write_file("no_twin.json", "{\"sort\": {\"live_model\": false}}");
   char extra[PATH_LEN + 32];
   snprintf(extra, sizeof(extra), "-q --params '%s'", no_twin);

@@ -16,6 +16,7 @@
 #include "build_config.h"
 #include "datasets/simulate.h"
 #include "live_test_util.h"
+#include "ss_test_sim.h"
 #include "params/probe.h"
 #include "src/live.h"
 #include "src/live_model.h"
@@ -26,7 +27,6 @@
 #define RATE 30000.0
 #define DURATION 4.0
 #define N_CH 32
-#define UV_PER_STEP 0.195
 #define PUSH_ROWS 30
 #define SUM_TOLERANCE_S 1e-9 /* phases vs. total: the same clock readings, summed in a different order */
 
@@ -36,28 +36,15 @@ static int64_t n_rows;
 
 static int group_setup(void **state) {
   (void)state;
+  const ss_sim_config c = ss_test_sim_config(DURATION, RATE, 23);
+  char bin[4096], dir[4096], path[4200];
+  if (ss_test_simulate(PROBE, 40.0, &c, SS_SIM_FORMAT_BINARY, "trace.bin", bin, sizeof(bin), NULL)) return -1;
+  ss_test_path(dir, sizeof(dir), "trace_sort");
   ss_ctx ctx;
   ss_test_ctx(&ctx);
-  ss_probe probe;
-  if (ss_probe_load_file(&ctx, PROBE, 40.0, &probe) != SS_OK) return -1;
-  ss_sim_config c;
-  ss_sim_config_defaults(&c);
-  c.duration_s = DURATION;
-  c.rate_hz = RATE;
-  c.seed = 23;
-  char bin[4096], dir[4096], path[4200];
-  ss_test_path(bin, sizeof(bin), "trace.bin");
-  ss_test_path(dir, sizeof(dir), "trace_sort");
-  ss_status st = ss_sim_write(&ctx, &c, &probe, bin, SS_SIM_FORMAT_BINARY, 0, NULL);
-  ss_probe_free(&probe);
-  if (st != SS_OK) return fprintf(stderr, "%s\n", ss_error_message(&ctx)), -1;
   ss_sort_opts o;
   ss_sort_opts_defaults(&o);
-  o.spec.path = bin;
-  o.spec.format = SS_FORMAT_BINARY;
-  o.spec.n_channels = N_CH;
-  o.spec.rate_hz = RATE;
-  o.spec.uv_per_step = UV_PER_STEP;
+  o.spec = ss_test_binary_spec(bin, &c, N_CH);
   o.probe_path = PROBE;
   o.out_dir = dir;
   o.device = SS_DEVICE_CPU;
@@ -67,13 +54,8 @@ static int group_setup(void **state) {
   ss_sort_summary_free(&sum);
   snprintf(path, sizeof(path), "%s/model.h5", dir);
   if (ss_live_model_load(&ctx, path, &model) != SS_OK) return fprintf(stderr, "%s\n", ss_error_message(&ctx)), -1;
-  FILE *f = fopen(bin, "rb");
-  if (!f) return -1;
-  n_rows = (int64_t)(DURATION * RATE);
-  raw = malloc((size_t)n_rows * N_CH * sizeof(int16_t));
-  size_t got = raw ? fread(raw, sizeof(int16_t), (size_t)n_rows * N_CH, f) : 0;
-  fclose(f);
-  return got == (size_t)n_rows * N_CH ? 0 : -1;
+  raw = ss_test_read_rows(bin, N_CH, &n_rows);
+  return raw && n_rows == (int64_t)(DURATION * RATE) ? 0 : -1;
 }
 
 static int group_teardown(void **state) {

@@ -15,6 +15,7 @@
 #include "params/params.h"
 #include "params/probe.h"
 #include "ss_test.h"
+#include "ss_test_sim.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
 #define DURATION 20.0
@@ -26,24 +27,8 @@ static char sim_path[PATH_LEN];
 
 static int group_setup(void **state) {
   (void)state;
-  ss_ctx ctx;
-  ss_test_ctx(&ctx);
-  ss_probe probe;
-  if (ss_probe_load_file(&ctx, PROBE, 40.0, &probe) != SS_OK) return -1;
-  ss_sim_config c;
-  ss_sim_config_defaults(&c);
-  c.duration_s = DURATION;
-  c.n_units = UNITS;
-  c.median_snr = 20;
-  c.snr_spread = 2;
-  c.min_rate_hz = 5;
-  c.max_rate_hz = 15;
-  c.seed = 3;
-  ss_test_path(sim_path, sizeof(sim_path), "sim.nwb");
-  ss_status st = ss_sim_write(&ctx, &c, &probe, sim_path, SS_SIM_FORMAT_NWB, 0, NULL);
-  ss_probe_free(&probe);
-  if (st != SS_OK) fprintf(stderr, "%s\n", ss_error_message(&ctx));
-  return st == SS_OK ? 0 : -1;
+  const ss_sim_config c = ss_test_sim_units(DURATION, UNITS, 20, 3);
+  return ss_test_simulate(PROBE, 40.0, &c, SS_SIM_FORMAT_NWB, "sim.nwb", sim_path, sizeof(sim_path), NULL);
 }
 
 /* Run the CLI; fail the test with its stderr unless it exits with `want`. Returns stdout (malloc'd)
