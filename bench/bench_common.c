@@ -184,3 +184,16 @@ int ss_bench_read_steal(double *out, int cap) {
   fclose(f);
   return n;
 }
+
+int ss_bench_parse_sizes(const char *list, int64_t *sizes, int max) {
+  int n = 0;
+  for (const char *p = list; *p && n < max;) {
+    char *end;
+    long long v = strtoll(p, &end, 10);
+    if (end != p && (*end == ',' || *end == '\0') && v > 0) sizes[n++] = v;
+    p = strchr(p, ',');
+    if (!p) break;
+    p++;
+  }
+  return n;
+}

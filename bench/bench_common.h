@@ -6,6 +6,7 @@
 #define SS_BENCH_COMMON_H
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
 
 #include "src/backend.h"
 #include "src/status.h"
@@ -38,6 +39,10 @@ double ss_bench_median_s(ss_bench_fn fn, void *arg, int warmup, int repeats, ss_
  * a context switch), from /proc/stat, in seconds: out[0] all CPUs, out[1 + i] CPU i; at most `cap`
  * entries. Returns the count read (0 when /proc/stat is unreadable). */
 int ss_bench_read_steal(double *out, int cap);
+
+/* A comma-separated list of positive sizes ("10000,100000") into sizes[0 .. max); returns how many.
+ * Entries that are not positive integers are skipped. */
+int ss_bench_parse_sizes(const char *list, int64_t *sizes, int max);
 
 /* Peak device memory of a region: a thread samples cudaMemGetInfo every millisecond between start
  * and stop (device-wide, so run nothing else on the GPU meanwhile). Without CUDA or a device,

@@ -233,9 +233,7 @@ int main(int argc, char **argv) {
   int opt;
   while ((opt = getopt(argc, argv, "s:b:fFt:o:")) != -1) {
     if (opt == 's') {
-      n_sizes = 0;
-      for (char *tok = strtok(optarg, ","); tok && n_sizes < MAX_SIZES; tok = strtok(NULL, ","))
-        if (atoll(tok) > 0) sizes[n_sizes++] = atoll(tok);
+      n_sizes = ss_bench_parse_sizes(optarg, sizes, MAX_SIZES);
     } else if (opt == 'b') {
       big = atoll(optarg);
     } else if (opt == 'f') {

@@ -122,9 +122,7 @@ int main(int argc, char **argv) {
   int opt;
   while ((opt = getopt(argc, argv, "s:t:o:")) != -1) {
     if (opt == 's') {
-      n_sizes = 0;
-      for (char *tok = strtok(optarg, ","); tok && n_sizes < MAX_SIZES; tok = strtok(NULL, ","))
-        sizes[n_sizes++] = atoll(tok);
+      n_sizes = ss_bench_parse_sizes(optarg, sizes, MAX_SIZES);
     } else if (opt == 't') {
       threads = atoi(optarg);
     } else if (opt == 'o') {
