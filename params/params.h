@@ -119,7 +119,6 @@ typedef struct {
   struct {
     double block_ms;
     double train_seconds;
-    double refit_every_s;
     int assign; /* ss_live_assign */
     double stats_every_s;
   } live;

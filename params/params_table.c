@@ -169,7 +169,6 @@ const ss_param_spec ss_param_table[] = {
 
     NUM("live.block_ms", live.block_ms, 1.0, 0, 10000, 1, 0, "Processing block length in ms."),
     NUM("live.train_seconds", live.train_seconds, 60.0, 0, INF, 1, 0, "Seconds buffered to fit a model."),
-    NUM("live.refit_every_s", live.refit_every_s, 0.0, 0, INF, 0, 0, "Background refit period (0: never)."),
     ENUM("live.assign", live.assign, SS_LIVE_ASSIGN_CENTROID, live_assign_opts, "Assignment of live spikes."),
     NUM("live.stats_every_s", live.stats_every_s, 10.0, 0, INF, 0, 0, "Counter report period on stderr (0: at exit only)."),
 };
