@@ -5,18 +5,16 @@
  *    tiles, GEMMs run on the backend stream and selections on a second stream, double-buffered; with
  *    one reference tile everything runs on the backend stream and the chunks' lists go straight to
  *    the finish kernel (no list fill, no merge), and repeated calls replay one CUDA graph. The warp
- *    queue shares a per-query threshold between all warps of a search; in a one-tile search with
- *    K' <= 64 it starts from a seed threshold (warp_seed) instead of warming up. `auto` strategy: the three
- *    timed on the first tile of the first search of each (GPU, n class, K' class), remembered for
- *    the process.
+ *    queue shares a per-query threshold between all warps of a search; in a one-tile search with K' <= 64
+ *    it starts from a seed threshold (warp_seed) instead of warming up. A one-tile search with K' <= 64 and
+ *    n <= kSfMaxRefs (warp queue or auto) selects AND finishes in one kernel (k_select_finish: seeded warp
+ *    queues, lists merged in shared memory, the per-warp finish). `auto` strategy otherwise:
+ *    the three timed on the first tile of the first search of each (GPU, n class, K' class), remembered
+ *    for the process.
  *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): one kernel (k_fused) per (32-query tile,
  *    reference split) computes the distances with a register micro-tile and selects with the warp
  *    queue in place, so the distance matrix is never written; then the per-warp finish: two launches,
  *    replayed as a CUDA graph on repeated calls.
- *  - small (K' <= 64, d <= 64; forced by ss_knn_opts.path): ONE kernel (k_small), a warp per query, a
- *    block's warps sharing each reference through shared memory: distances, selection (the fused
- *    kernel's warp queue) and the finish (exact re-rank, certificate, block fallback scan) in one launch,
- *    replayed as a CUDA graph on repeated calls. For small reference sets, where launches dominate.
  * `auto` path: where the fused path applies and n <= 65,536, every applicable path is timed on the first
  * search of each size class and the fastest is remembered (calibrate_path); the tiled path beyond.
  * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
@@ -70,6 +68,7 @@ struct search_plan {
   int Kc, k;
   int64_t part_chunks;
   int64_t wchunk; /* warp queue: fewest references per chunk (ss_knn_opts.warp_chunk, else kWarpMinChunk) */
+  int64_t sfchunk; /* k_select_finish: references per warp (ss_knn_opts.warp_chunk, else kSfChunk) */
 };
 
 struct plan_key {
@@ -82,7 +81,7 @@ struct plan_key {
  * reuse; a failed capture turns graphs off for the index (plain launches, same results). */
 struct graph_key {
   const void *ptr[12];
-  int64_t val[7];
+  int64_t val[8];
 };
 
 struct graph_cache {
@@ -99,10 +98,10 @@ struct knn_dev {
   int sm_count = 0;
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau, ftau;
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
-  graph_cache graph, gemm_graph, fgraph, sgraph; /* one-tile search; the benchmark's graph GEMM; fused; small */
+  graph_cache graph, gemm_graph, fgraph; /* one-tile search; the benchmark's graph GEMM; fused */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0, 0};
-  search_plan plan = {0, 0, 0, 0, 0, 0};
+  search_plan plan = {0, 0, 0, 0, 0, 0, 0};
 };
 
 ss_status ws_ensure(ss_ctx *ctx, ws_buf *b, size_t bytes, const char *what) {
@@ -350,22 +349,21 @@ __device__ __forceinline__ void publish_tau(unsigned *tau_bits, float kth, int l
   if (tau_bits && lane == 0 && kth < INFINITY) atomicMin(tau_bits, __float_as_uint(kth));
 }
 
-/* One element of a warp's chunk: the same expression in both passes of k_select_warp, so that the
- * seed's guarantee (below) holds for the values the queue filters. */
+/* One element of a warp's chunk (k_select_warp, k_select_finish): the tiled path's value. */
 __device__ __forceinline__ float warp_value(const float *row, const float *rn, float qn, int t, int len) {
   return t < len ? fmaxf(qn + rn[t] + row[t], 0.0f) : INFINITY;
 }
 
-/* Warm-up threshold of a warp queue with K' <= kSeedPerLane × 32: a first pass over (a prefix of) the
- * chunk in which every lane keeps its kSeedPerLane (2) smallest values; the K'-th smallest of those 64
- * values, x, is the value of a chunk element, and at least K' distinct elements of the chunk are <= x. Filtering the
- * second pass by v <= x therefore keeps the chunk's K' best (and the final K'-th value A <= x, so a
- * rejected element, > x, is > A: what the certificate needs), while the queue no longer has to warm
- * up through ~K' ln(chunk / K') insertions and their merges: about K' + a few elements pass. +inf when
- * the chunk has fewer than K' elements (no filter). */
+/* The seed of a warp queue with K' <= kSeedPerLane × 32 (k_select_warp, k_select_finish, the fused kernel): every
+ * lane keeps the kSeedPerLane (2) smallest of its values; the K'-th smallest of those 64 values, x, is the
+ * value of an element, and at least K' distinct elements are <= x. Filtering by v <= x therefore keeps the K'
+ * best of those values (and the final K'-th value A <= x, so a rejected element, > x, is > A: what the
+ * certificate needs), while the queue no longer has to warm up through ~K' ln(len / K') insertions and their
+ * merges: about K' + a few elements pass. +inf when fewer than K' values are finite (no filter). */
 constexpr int kSeedPerLane = 2;
-/* The seed pass reads only the chunk's first kSeedPrefix elements (all of a short chunk): on long
- * chunks a full extra pass would double the selection's memory traffic (the chunks of a grid search
+static_assert(SS_KNN_FUSED_MAX_CANDIDATES <= kSeedPerLane * kWarp, "a seed ranks K' of its samples");
+/* k_select_warp's seed pass reads only the chunk's first kSeedPrefix elements (all of a short chunk): on
+ * long chunks a full extra pass would double the selection's memory traffic (the chunks of a grid search
  * do not stay in L2), while the prefix is still in cache when the second pass reads it again. */
 constexpr int kSeedPrefix = 1024;
 /* m0 <= m1: a lane's two smallest values so far */
@@ -410,8 +408,9 @@ __device__ float warp_seed(const float *row, const float *rn, float qn, int len,
  * list, which only improves), so it bounds the final K'-th candidate value from above: a rejected
  * element is >= that value, which is all the certificate needs (ties included: it compares values).
  * After warm-up nearly every element is rejected by one comparison: the kernel runs at memory speed.
- * With `seed` (one-tile searches, K' <= 64) the warm-up is skipped: warp_seed's x is applied inclusively
- * from the first element (it is never published: other warps compare strictly). */
+ * With `seed` (one-tile searches with K' <= 64 and n > kSfMaxRefs; smaller ones select in k_select_finish)
+ * the warm-up is skipped: warp_seed's x is applied inclusively from the first element (it is never
+ * published: other warps compare strictly). */
 __global__ void k_select_warp(tile_args a, int P, int n_items, const float *run_v, unsigned *tau_bits, int seed) {
   extern __shared__ unsigned char sm_w[];
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -526,7 +525,7 @@ __global__ void k_merge(float *run_v, int *run_i, const float *pv, const int *pi
  * compared in registers with the query's threshold and survivors enter k_select_warp's queue (sorted
  * 64-entry list + 64 pending entries in shared memory, merged in registers: fused_queue_merge). The
  * threshold is the list's K'-th, the query's shared threshold (every block's K'-th, atomicMin, as in
- * the warp queue) and, from the split's first tile on, warp_seed's rank-count seed over that tile
+ * the warp queue) and, from the split's first tile on, seed_from_pairs' rank-count seed over that tile
  * (inclusive, never published).
  * Each block writes its split's sorted K'-list per query: the chunk lists of the per-warp finish.
  * Padding references (beyond n) have norm +inf, so they never pass and need no bounds checks. */
@@ -636,7 +635,7 @@ __device__ __forceinline__ fused_queue queue_push(const float (&v)[NV], int base
 }
 
 /* One query's values of a tile (a lane's kFtr, v4) through its warp queue: on the split's first tile the
- * seed (>= K' of the tile's values are <= x, warp_seed), then the shared threshold, then the filter. */
+ * seed (>= K' of the tile's values are <= x, seed_from_pairs), then the shared threshold, then the filter. */
 __device__ __noinline__ fused_queue fused_select(float4 v4, int r0, float *sv, int *si, int Kc, fused_queue st,
                                                  float shared_tau, bool first, unsigned *tau_q, int lane) {
   const float v[kFtr] = {v4.x, v4.y, v4.z, v4.w};
@@ -786,7 +785,6 @@ struct finish_args {
   int64_t n;
   int d, L, Kc, k;
   int P1, Ps, P2;      /* candidate sort (>= L), exact sort (>= K'), exact buffer (>= Ps, scan size) */
-  int vec4;            /* query and reference rows are 16-byte aligned (float4 loads) */
   double ref_norm_max;
   unsigned *reset_tau; /* may be NULL: shared thresholds set back to +inf for the next search (fused) */
   int *out_i;
@@ -880,61 +878,68 @@ __global__ void k_finish(finish_args a) {
   }
 }
 
-/* The exact distances of NC reference rows to one query row: ss_knn_exact_dist's operations in its
- * order (bit-identical), with the loads taken off the dependent double chains — each row is read in
- * blocks of kExBlk coordinates (float4 where aligned), the next block loaded before the current one is
- * summed — and the NC chains interleaved. */
-constexpr int kExBlk = 16;
-__device__ __forceinline__ void ex_load(const float *p, bool v4, float (&x)[kExBlk]) {
-  if (v4) {
-#pragma unroll
-    for (int h = 0; h < kExBlk / 4; h++) {
-      float4 f = __ldg((const float4 *)p + h);
-      x[4 * h] = f.x, x[4 * h + 1] = f.y, x[4 * h + 2] = f.z, x[4 * h + 3] = f.w;
-    }
-  } else {
-#pragma unroll
-    for (int u = 0; u < kExBlk; u++) x[u] = __ldg(p + u);
-  }
-}
+/* ss_knn_exact_dist of kExGroup candidates (entries c0 .. c0 + kExGroup − 1 of a warp's 64-entry index list
+ * li; kNoIndex or entries >= nc: none) to one query row, by the whole warp: lane l takes the coordinates j ≡ l
+ * (mod 32), so that each load instruction reads one contiguous row segment (the former one-candidate-per-lane
+ * loads touched 32 rows per instruction: the finish's cost grew with d, ~20 us from d 32 to d 256 at 2^10 on
+ * the grid), its kExGroup rows' loads in flight at once; then the pairwise combination of the 32 partials,
+ * the definition's tree: levels 16 .. kExGroup as butterflies (lanes l and l ^ o hold the same sums), the
+ * levels below by recursive halving (a lane keeps the candidates whose bit o matches its own and receives its
+ * partner's partial of them), so that lane l ends with candidate c0 + (l mod kExGroup). A lane without a
+ * coordinate adds exact zeros. Groups of 8 (device runs 1-2 of brief K5: groups of 16 with the row indices
+ * shuffled inside the coordinate loop were slower at d 128 and 256, groups of 32 spilled registers). */
+constexpr int kExGroup = 8;
+/* coordinate blocks of 32 loaded per round trip (brief K5 run 3: one block per round trip made the per-warp
+ * finish 2-5 % slower than the former per-lane loads at d 128 and 256) */
+constexpr int kExBlocks = 2;
+static_assert(SS_KNN_EXACT_LANES == kWarp && kWarp % kExGroup == 0, "a warp's lanes are the partials");
 
-template <int NC>
-__device__ void exact_dists(const float *q, const float *const (&rows)[NC], int d, bool v4, double (&s)[NC]) {
-  int nblk = d / kExBlk;
-  float cq[kExBlk], cr[NC][kExBlk];
+__device__ double warp_exact_group(const float *qrow, const float *ref, int d, const int (&li)[2], int c0, int nc,
+                                   int lane) {
+  int r[kExGroup]; /* the rows, uniform: loaded without a shuffle in the coordinate loop */
 #pragma unroll
-  for (int c = 0; c < NC; c++) s[c] = 0.0;
-  if (nblk > 0) {
-    ex_load(q, v4, cq);
-#pragma unroll
-    for (int c = 0; c < NC; c++) ex_load(rows[c], v4, cr[c]);
+  for (int c = 0; c < kExGroup; c++) {
+    int e = c0 + c;
+    int ix = reg_get(li, e < kRegList ? e : 0);
+    r[c] = e < nc ? ix : kNoIndex;
   }
-  for (int b = 0; b < nblk; b++) {
-    int next = (b + 1 < nblk ? b + 1 : b) * kExBlk; /* the last block reloads itself: no branch */
-    float nq[kExBlk], nr[NC][kExBlk];
-    ex_load(q + next, v4, nq);
+  double p[kExGroup];
 #pragma unroll
-    for (int c = 0; c < NC; c++) ex_load(rows[c] + next, v4, nr[c]);
+  for (int c = 0; c < kExGroup; c++) p[c] = 0.0;
+  for (int j0 = 0; j0 < d; j0 += kExBlocks * kWarp) { /* kExBlocks coordinate blocks' loads in flight at once */
+    float qx[kExBlocks], x[kExBlocks][kExGroup];
 #pragma unroll
-    for (int u = 0; u < kExBlk; u++)
+    for (int u = 0; u < kExBlocks; u++) {
+      int j = j0 + u * kWarp + lane;
+      bool in = j < d;
+      qx[u] = in ? __ldg(qrow + j) : 0.0f;
 #pragma unroll
-      for (int c = 0; c < NC; c++) {
-        double t = __dsub_rn((double)cq[u], (double)cr[c][u]);
-        s[c] = __dadd_rn(s[c], __dmul_rn(t, t));
+      for (int c = 0; c < kExGroup; c++) x[u][c] = in && r[c] != kNoIndex ? __ldg(ref + (int64_t)r[c] * d + j) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kExBlocks; u++) /* in coordinate order: each partial's sequence of additions */
+#pragma unroll
+      for (int c = 0; c < kExGroup; c++) {
+        double t = __dsub_rn((double)qx[u], (double)x[u][c]);
+        p[c] = __dadd_rn(p[c], __dmul_rn(t, t));
       }
+  }
 #pragma unroll
-    for (int u = 0; u < kExBlk; u++) {
-      cq[u] = nq[u];
+  for (int lv = 1; (kWarp >> lv) >= kExGroup; lv++) /* butterflies: constant trip counts, p in registers */
 #pragma unroll
-      for (int c = 0; c < NC; c++) cr[c][u] = nr[c][u];
+    for (int c = 0; c < kExGroup; c++) p[c] = __dadd_rn(p[c], __shfl_xor_sync(kFull, p[c], kWarp >> lv));
+#pragma unroll
+  for (int lv = 1; (kExGroup >> lv) > 0; lv++) { /* halving */
+    const int o = kExGroup >> lv;
+    bool upper = (lane & o) != 0;
+#pragma unroll
+    for (int i = 0; i < kExGroup / 2; i++) {
+      if (i >= o) continue;
+      double send = upper ? p[i] : p[i + o], keep = upper ? p[i + o] : p[i];
+      p[i] = __dadd_rn(keep, __shfl_xor_sync(kFull, send, o));
     }
   }
-  for (int j = nblk * kExBlk; j < d; j++)
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-      double t = __dsub_rn((double)q[j], (double)rows[c][j]);
-      s[c] = __dadd_rn(s[c], __dmul_rn(t, t));
-    }
+  return p[0];
 }
 
 /* Lane's entries (lane, lane + kWarp) of sorted list c of a query's candidate lists (K' <= 2 kWarp). */
@@ -953,44 +958,50 @@ __device__ __forceinline__ void fetch_list(const float *gv, const int *gi, int c
  * chunk's, a split's or the running list) is already sorted by (value, index), so the warp folds them
  * into one 64-entry list held in registers (reg_merge64, skipping lists whose best cannot enter; the
  * next list's loads are in flight during a merge); the K' exact distances (lane t: candidates t and
- * t + 32, exact_dists) are sorted in registers (reg_sort64). A query without the certificate is
- * flagged, and after a block barrier the block's four warps scan the flagged queries one after another
- * with finish_exact_scan (the fallback of k_finish, in shared memory). */
+ * t + 32, computed by the warp in groups of kExGroup: warp_exact_group) are sorted in registers
+ * (reg_sort64). A query without the certificate is flagged, and after a block barrier the block's four
+ * warps scan the flagged queries one after another with finish_exact_scan (the fallback of k_finish, in
+ * shared memory). */
 constexpr int kFinList = kRegList; /* the merged list's length; K' <= this */
 constexpr int kFinWarps = 4;       /* queries per block */
 
 size_t finish_warp_smem(int P2) { return (size_t)P2 * (sizeof(double) + sizeof(int)); }
 
-/* The finish of query qq by its warp, from its merged candidate list (lv, li: entry e = lane + kWarp h,
- * sorted, K' <= kFinList): the K' exact distances, their sort, the certificate; a certified query's
- * outputs are written. Returns true when the query needs the exact scan (finish_block_scans). */
-__device__ bool finish_warp_query(const finish_args &a, int64_t qq, const float (&lv)[2], const int (&li)[2],
-                                  int lane) {
+/* ‖q'‖² of query qq as k_finish computes it (for the certificate's bound), by its warp. Callers compute it
+ * before their selection or list merges, so that its loads are off the finish's dependent chain. */
+__device__ double finish_query_norm(const finish_args &a, int64_t qq, int lane) {
   const float *qrow = a.q + qq * a.d;
-  double qn = 0.0; /* ‖q'‖² as k_finish computes it */
+  double qn = 0.0;
 #pragma unroll 4
   for (int j = lane; j < a.d; j += kWarp) {
     double c = (double)(qrow[j] - a.mean[j]);
     qn += c * c;
   }
   for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
-  int r0 = lane < a.Kc ? li[0] : kNoIndex, r1 = lane + kWarp < a.Kc ? li[1] : kNoIndex;
-  const float *row0 = r0 == kNoIndex ? qrow : a.ref + (int64_t)r0 * a.d; /* a missing row: any valid row */
-  const float *row1 = r1 == kNoIndex ? qrow : a.ref + (int64_t)r1 * a.d;
-  double sd[2] = {(double)INFINITY, (double)INFINITY};
-  int si[2] = {r0, r1};
-  if (a.Kc > kWarp) { /* two candidates per lane, chains interleaved */
-    const float *const rows[2] = {row0, row1};
-    double e[2];
-    exact_dists<2>(qrow, rows, a.d, a.vec4, e);
-    if (r1 != kNoIndex) sd[1] = e[1];
-    if (r0 != kNoIndex) sd[0] = e[0];
-  } else {
-    const float *const rows[1] = {row0};
-    double e[1];
-    exact_dists<1>(qrow, rows, a.d, a.vec4, e);
-    if (r0 != kNoIndex) sd[0] = e[0];
+  return qn;
+}
+
+/* The exact distances of groups g0, g0 + gstep, ... of query qq's candidates (warp_exact_group; li: the
+ * merged list's indices, entry e = lane + kWarp h) into the lanes that hold their entries (sd[h]); entries
+ * of other groups and beyond K' are left as they are. */
+__device__ void finish_exact_groups(const finish_args &a, int64_t qq, const int (&li)[2], int g0, int gstep,
+                                    int lane, double (&sd)[2]) {
+  const float *qrow = a.q + qq * a.d;
+  for (int g = g0; g * kExGroup < a.Kc; g += gstep) { /* entry g kExGroup + lane mod kExGroup */
+    double e = warp_exact_group(qrow, a.ref, a.d, li, g * kExGroup, a.Kc, lane);
+    if (lane / kExGroup != g % (kWarp / kExGroup) || g * kExGroup + lane % kExGroup >= a.Kc) continue;
+    if (g * kExGroup < kWarp) sd[0] = e;
+    else sd[1] = e;
   }
+}
+
+/* The finish of query qq by its warp, from its merged candidate list (lv, li: entry e = lane + kWarp h,
+ * sorted, K' <= kFinList), their exact distances sd (finish_exact_groups; +inf beyond K') and qn =
+ * finish_query_norm: the sort, the certificate; a certified query's outputs are written. Returns true when
+ * the query needs the exact scan (finish_block_scans). */
+__device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, const float (&lv)[2],
+                                  const int (&li)[2], double (&sd)[2], int lane) {
+  int si[2] = {lane < a.Kc ? li[0] : kNoIndex, lane + kWarp < a.Kc ? li[1] : kNoIndex};
   reg_sort64(sd, si, lane);
   double approx_last = (double)reg_get(lv, a.Kc - 1);
   double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
@@ -1041,6 +1052,7 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
     int nl = a.L / a.Kc;
     float lv[2], cv[2], nv[2]; /* the merged list, the list being merged, the next one (registers) */
     int li[2], ci[2], ni[2];
+    double qn = finish_query_norm(a, qq, lane);
     fetch_list(gv, gi, 0, a.Kc, lane, lv, li);
     fetch_list(gv, gi, nl > 1 ? 1 : 0, a.Kc, lane, nv, ni); /* one list ahead: its loads overlap a merge */
     for (int c = 1; c < nl; c++) {
@@ -1050,7 +1062,9 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
         continue; /* nothing in it can enter */
       reg_merge64(lv, li, cv, ci, lane);
     }
-    scan = finish_warp_query(a, qq, lv, li, lane);
+    double sd[2] = {(double)INFINITY, (double)INFINITY};
+    finish_exact_groups(a, qq, li, 0, 1, lane, sd);
+    scan = finish_warp_query(a, qq, qn, lv, li, sd, lane);
   }
   if (lane == 0) need_scan[w] = scan;
   __syncthreads();
@@ -1058,116 +1072,146 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
   finish_block_scans(a, q_first, need_scan, (int)(m - q_first < kFinWarps ? m - q_first : kFinWarps), sm_fw);
 }
 
-/* ---- small path: distances, selection and the finish in one kernel (K' <= 64, d <= 64) -----------
- * For small reference sets (the 1,200-query grid at n 2^10..2^13), where a launch costs as much as a
- * kernel: one launch, a warp per query. A block owns kSq queries (one per warp), centred into shared
- * memory with their float norms, and streams the references in tiles of kSrefs, one per thread: a thread
- * holds its reference's D centred coordinates in registers (zero beyond d) and computes its distance to the
- * block's kSq queries, whose coordinates it reads from shared memory as warp-wide broadcasts (a chain of
- * FMAs in dimension order each, then the tiled path's expression max(‖q'‖² + ‖r'‖² − 2 q'·r', 0)); the
- * values go to a double-buffered shared tile [kSq][kSrefs], so that after one barrier warp w reads its
- * query's row (conflict-free) and runs it through the fused kernel's warp queue (seed on the first tile,
- * then the list's K'-th; queue_push), while the next tile's coordinates load. Each reference row is read
- * from L2 once per block. Then each warp finishes its query (finish_warp_query: exact re-rank, certificate)
- * and the block scans its uncertified queries (finish_block_scans). No shared threshold: a query has one
- * list. The certificate's A is the final list's K'-th: a value rejected by the seed is > x >= A, one
- * rejected by the list's K'-th is >= A (the list only improves). */
-constexpr int kSq = 8;                 /* queries (warps) per block */
-constexpr int kSrefs = kSq * kWarp;    /* references per tile: one per thread */
-constexpr int kSv = kSrefs / kWarp;    /* a lane's values per tile in the selection */
-constexpr int kSdimLow = 32;           /* the two register widths D: d <= 32, else d <= SS_KNN_SMALL_MAX_DIM */
-static_assert(kSq * kWarp == kThreads, "finish_scan_size assumes kThreads threads per block");
-static_assert(SS_KNN_SMALL_MAX_DIM % 4 == 0 && kSdimLow % 4 == 0, "float4 query broadcasts");
+/* ---- one-tile selection and finish in one kernel (K' <= kRegList, n <= kSfMaxRefs) ----------------
+ * The tiled path's one-reference-tile search with K' <= 64, n <= kSfMaxRefs and the warp queue (the grid's
+ * 2^10..2^12): the SGEMM's rows go through selection AND finish in one kernel, so that the chunk lists never
+ * leave the SM and there is no finish launch. A query gets W warps (W a power of two <= kSfWarps, about
+ * `chunk` references each; W = 1 on the grid with the default chunk: more warps per query were slower,
+ * because each pays a seed and a queue merge while the SM is already issue-bound).
+ * A block of kSfThreads threads holds kSfWarps / W queries. Each warp streams its part of the row in passes
+ * of PL kWarp references (PL values per lane, all loads in flight at once; PL = the part's length / kWarp
+ * rounded up to kSfMinPerLane, 2 kSfMinPerLane or kSfMaxPerLane: short parts run short loops) through the
+ * fused kernel's warp queue (queue_push: sorted 64-entry list + 64 pending entries in shared memory, merged
+ * in registers).
+ * Threshold: every warp takes the seed x_w of its first pass (seed_from_pairs); after one barrier the
+ * query's warps all start from x = min_w x_w, inclusively; a warp publishes its list's K'-th after each
+ * merge to the query's word in shared memory (atomicMin), which the query's warps read before every later
+ * pass. Then the W sorted lists are merged pairwise in log2 W rounds (reg_merge64, lists in shared memory
+ * between rounds); the query's W warps compute the exact distances of its candidate groups in turn
+ * (finish_exact_groups, through shared memory), its first warp sorts them and checks the certificate
+ * (finish_warp_query), and the block scans its uncertified queries (finish_block_scans).
+ * Certificate: A = the merged list's K'-th value, and A <= the K'-th of every warp's list at any time (lists
+ * only improve, the merge keeps the smallest). The warp whose seed is x has >= K' values <= x in its first
+ * pass; each entered its list or was rejected by a list's K'-th <= it, so A <= x. A rejected value is > x >=
+ * A, or >= some list's K'-th >= A; a value dropped by a merge is >= the merged K'-th >= A. */
+constexpr int kSfThreads = kThreads;       /* finish_block_scans' scan buffer assumes kThreads at most */
+constexpr int kSfWarps = kSfThreads / kWarp;
+constexpr int kSfMinPerLane = 8, kSfMaxPerLane = 32; /* values per lane per pass (registers): PL */
+/* references per warp (ss_knn_opts.warp_chunk overrides; W = next_pow2(n / chunk) <= kSfWarps). Each warp
+ * pays a seed and at least one queue merge, so fewer, longer parts win while there are enough warps (device
+ * run 1 of brief K5: chunks of 256 or 512 were slower than 1024 everywhere; 8 warps of 1024 at 2^13 slower
+ * than the former 2 chunks of 4096) */
+constexpr int64_t kSfChunk = 4096;
+constexpr int64_t kSfMinChunk = 2 * kRegList; /* a part then has more than K' references */
+/* The size rule: k_select_finish for n <= kSfMaxRefs, beyond it k_select_warp + k_finish_warp (device runs 1-2
+ * of brief K5: from 2^13 references one block holding a query's warps through its barriers and finish
+ * streams the rows slower than the independent warps of k_select_warp, 109 vs 93 us at 2^13, d 32) */
+constexpr int64_t kSfMaxRefs = 4096;
+/* blocks per SM the registers must allow: 3 capped them at 80 and spilled (device run 1 of brief K5: no
+ * faster than 2) */
+constexpr int kSfMinBlocks = 2;
+static_assert(kSfMinPerLane * kWarp >= kRegList, "a first pass can seed K'");
+static_assert(kSfMaxPerLane == 4 * kSfMinPerLane, "the three pass widths of launch_select_finish");
 
-struct small_args {
-  const float *ref_t, *rn; /* the fused kernel's dpad × npad transposed centred references; n squared norms */
-  int64_t npad, m;
-  int dpad, ntiles;
-  finish_args f;           /* q, mean, n, d, Kc, k, outputs: the finish's arguments */
+struct sf_args {
+  tile_args t;  /* the rows of one query tile against the single reference tile; t.Kc = K' */
+  finish_args f; /* that query tile's queries and outputs */
+  int64_t m;    /* queries in the tile */
+  int W, chunk; /* warps per query (power of two), references per warp */
 };
 
-/* A thread's reference of a tile: its D centred coordinates (zeros beyond d) and squared norm (+inf
- * beyond n, so that its value is +inf and never passes). Read from the transposed copy: a warp's loads of
- * one coordinate are 32 consecutive floats (row-major rows, one per lane, took 32 cache lines per load
- * instruction: ~4 us per tile of the 1,200-query grid on the H100, device run 1 of brief K4). */
-template <int D>
-__device__ __forceinline__ void small_load(const small_args &a, int64_t r, float (&c)[D], float &rn) {
-  bool in = r < a.f.n;
+/* Pass `base` of a warp's part (len references from `row`): lane's values base + c kWarp + lane. */
+template <int PL>
+__device__ __forceinline__ void sf_load(const float *row, const float *rn, float qn, int base, int len, int lane,
+                                        float (&v)[PL]) {
 #pragma unroll
-  for (int k = 0; k < D; k++) c[k] = in && k < a.dpad ? __ldg(a.ref_t + (int64_t)k * a.npad + r) : 0.0f;
-  rn = in ? __ldg(a.rn + r) : INFINITY;
+  for (int c = 0; c < PL; c++) v[c] = warp_value(row, rn, qn, base + c * kWarp + lane, len);
 }
 
-template <int D>
-__global__ void __launch_bounds__(kSq * kWarp, 2) k_small(small_args a) {
-  extern __shared__ __align__(16) unsigned char sm_sm[]; /* the fallback scan's buffer */
-  __shared__ __align__(16) float qs[kSq][D];
-  __shared__ float qn_s[kSq];
-  __shared__ float ds[2][kSq][kSrefs];
-  __shared__ float sv_s[kSq][kFlistP];
-  __shared__ int si_s[kSq][kFlistP];
-  __shared__ int need_scan[kSq];
-  const finish_args &f = a.f;
-  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  int64_t q0 = (int64_t)blockIdx.x * kSq, qq = q0 + w;
-  bool valid = qq < a.m;
+template <int PL>
+__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_args a) {
+  extern __shared__ __align__(16) unsigned char sm_sf[]; /* the fallback scan's buffer */
+  __shared__ float sv_s[kSfWarps][kFlistP];
+  __shared__ int si_s[kSfWarps][kFlistP];
+  __shared__ float seed_s[kSfWarps];
+  __shared__ unsigned tau_s[kSfWarps]; /* per query of the block: the published K'-th (float bits) */
+  __shared__ int need_scan[kSfWarps];
+  __shared__ double ex_s[kSfWarps][kRegList]; /* per query of the block: its candidates' exact distances */
+  const tile_args &t = a.t;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, qpb = kSfWarps / a.W;
+  int ql = w / a.W, part = w % a.W;
+  int64_t q0 = (int64_t)blockIdx.x * qpb, qq = q0 + ql;
+  bool valid = qq < a.m; /* uniform across the query's warps */
+  int begin = part * a.chunk, len = valid ? max(0, min(a.chunk, t.Rt - begin)) : 0;
   float *sv = sv_s[w];
   int *si = si_s[w];
-  { /* warp w centres its query (zeros beyond d and for a missing query) and takes its float norm */
-    float s = 0.0f;
+  for (int e = lane; e < kFlistP; e += kWarp) sv[e] = INFINITY, si[e] = kNoIndex;
+  if (part == 0 && lane == 0) tau_s[ql] = kInfBits;
+  const float *row = t.dist + qq * t.ld + begin, *rn = t.rnorm + begin;
+  double qn_exact = valid && part == 0 ? finish_query_norm(a.f, qq, lane) : 0.0; /* the queries are inputs */
+  float qn = valid ? t.qnorm[qq] : 0.0f, v[PL];
+  sf_load<PL>(row, rn, qn, 0, len, lane, v);
+  float m0 = INFINITY, m1 = INFINITY;
 #pragma unroll
-    for (int k = lane; k < D; k += kWarp) {
-      float x = valid && k < f.d ? f.q[qq * f.d + k] - f.mean[k] : 0.0f;
-      qs[w][k] = x;
-      s += x * x;
-    }
-    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-    if (lane == 0) qn_s[w] = s;
-    for (int t = lane; t < kFlistP; t += kWarp) sv[t] = INFINITY, si[t] = kNoIndex;
+  for (int c = 0; c < PL; c++) seed_push(m0, m1, v[c]);
+  float x = seed_from_pairs(m0, m1, t.Kc);
+  if (lane == 0) seed_s[w] = x;
+  __syncthreads(); /* seeds, list and threshold initialisation visible */
+  for (int p = 0; p < a.W; p++) x = fminf(x, seed_s[ql * a.W + p]);
+  unsigned *tau_q = &tau_s[ql];
+  fused_queue st = {0, nextafterf(x, INFINITY)}; /* v < nextafter(x): v <= x */
+  st = queue_push(v, t.r0 + begin, 1, kWarp, sv, si, t.Kc, st, tau_q, lane);
+  for (int base = PL * kWarp; base < len; base += PL * kWarp) {
+    sf_load<PL>(row, rn, qn, base, len, lane, v);
+    st.tau = fminf(st.tau, __uint_as_float(*(volatile unsigned *)tau_q));
+    st = queue_push(v, t.r0 + begin + base, 1, kWarp, sv, si, t.Kc, st, tau_q, lane);
   }
-  float c[D], rn;
-  small_load<D>(a, threadIdx.x, c, rn);
-  __syncthreads();
-  fused_queue st = {0, INFINITY};
-  for (int t = 0; t < a.ntiles; t++) {
-    float acc[kSq];
+  if (st.nb) fused_queue_merge(sv, si, st.nb, lane);
+  __syncwarp();
+  float lv[2];
+  int li[2];
 #pragma unroll
-    for (int j = 0; j < kSq; j++) acc[j] = 0.0f;
+  for (int h = 0; h < 2; h++) lv[h] = sv[lane + kWarp * h], li[h] = si[lane + kWarp * h];
+  for (int s = 1; s < a.W; s <<= 1) { /* W uniform across the block */
+    __syncthreads(); /* the partners' lists are written */
+    if (valid && part % (2 * s) == 0) {
+      const float *pv = sv_s[w + s];
+      const int *pi = si_s[w + s];
+      float ov[2];
+      int oi[2];
 #pragma unroll
-    for (int k = 0; k < D; k += 4)
+      for (int h = 0; h < 2; h++) ov[h] = pv[lane + kWarp * h], oi[h] = pi[lane + kWarp * h];
+      if (kv_less(reg_get(ov, 0), reg_get(oi, 0), reg_get(lv, t.Kc - 1), reg_get(li, t.Kc - 1))) {
+        reg_merge64(lv, li, ov, oi, lane);
 #pragma unroll
-      for (int j = 0; j < kSq; j++) {
-        float4 qv = *(const float4 *)&qs[j][k]; /* the same address across the block: a broadcast */
-        acc[j] = fmaf(qv.x, c[k], acc[j]);
-        acc[j] = fmaf(qv.y, c[k + 1], acc[j]);
-        acc[j] = fmaf(qv.z, c[k + 2], acc[j]);
-        acc[j] = fmaf(qv.w, c[k + 3], acc[j]);
+        for (int h = 0; h < 2; h++) sv[lane + kWarp * h] = lv[h], si[lane + kWarp * h] = li[h];
       }
-#pragma unroll
-    for (int j = 0; j < kSq; j++) ds[t & 1][j][threadIdx.x] = fmaxf(qn_s[j] + rn + -2.0f * acc[j], 0.0f);
-    __syncthreads(); /* the tile is written; the selection of tile t − 1 is done (its buffer is free) */
-    if (t + 1 < a.ntiles) small_load<D>(a, (int64_t)(t + 1) * kSrefs + threadIdx.x, c, rn); /* in flight below */
-    if (valid) { /* uniform across the warp */
-      float v[kSv];
-#pragma unroll
-      for (int i = 0; i < kSv; i++) v[i] = ds[t & 1][w][i * kWarp + lane];
-      if (t == 0) st.tau = queue_seed(v, f.Kc);
-      st = queue_push(v, t * kSrefs, 1, kWarp, sv, si, f.Kc, st, nullptr, lane);
     }
+  }
+  /* the exact distances: the query's W warps take its groups of candidates in turn */
+  double sd[2] = {(double)INFINITY, (double)INFINITY};
+  if (a.W > 1) {
+    __syncthreads(); /* the query's merged list is in its first warp's slot */
+    if (valid) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) li[h] = si_s[ql * a.W][lane + kWarp * h];
+      finish_exact_groups(a.f, qq, li, part, a.W, lane, sd);
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        if (sd[h] < INFINITY) ex_s[ql][lane + kWarp * h] = sd[h];
+    }
+    __syncthreads();
+    if (valid && part == 0)
+#pragma unroll
+      for (int h = 0; h < 2; h++) sd[h] = lane + kWarp * h < t.Kc ? ex_s[ql][lane + kWarp * h] : (double)INFINITY;
+  } else if (valid && part == 0) {
+    finish_exact_groups(a.f, qq, li, 0, 1, lane, sd);
   }
   bool scan = false;
-  if (valid) {
-    if (st.nb) fused_queue_merge(sv, si, st.nb, lane);
-    __syncwarp();
-    float lv[2];
-    int li[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) lv[h] = sv[lane + kWarp * h], li[h] = si[lane + kWarp * h];
-    scan = finish_warp_query(f, qq, lv, li, lane);
-  }
-  if (lane == 0) need_scan[w] = scan;
+  if (valid && part == 0) scan = finish_warp_query(a.f, qq, qn_exact, lv, li, sd, lane);
+  if (lane == 0 && part == 0) need_scan[ql] = scan;
   __syncthreads();
-  finish_block_scans(f, q0, need_scan, (int)(a.m - q0 < kSq ? a.m - q0 : kSq), sm_sm);
+  finish_block_scans(a.f, q0, need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
 }
 
 int next_pow2(int64_t x) {
@@ -1225,6 +1269,7 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
   p->Q = o->query_tile < m ? o->query_tile : m;
   p->R = o->ref_tile < n ? o->ref_tile : n;
   p->wchunk = o->warp_chunk > 0 ? o->warp_chunk : kWarpMinChunk;
+  p->sfchunk = o->warp_chunk > 0 ? std::max(o->warp_chunk, kSfMinChunk) : kSfChunk;
   size_t free_b = 0, total_b = 0;
   SS_CUDA_TRY(ctx, cudaMemGetInfo(&free_b, &total_b));
   size_t budget = (size_t)(kMemFraction * (double)(free_b + already_held));
@@ -1266,6 +1311,7 @@ ss_status alloc_workspace(ss_ctx *ctx, knn_dev *dv, const search_plan &p, int64_
 
 struct search_run {
   bool direct; /* one reference tile: the chunks' lists go straight to the finish, one stream */
+  bool sf;     /* direct, K' <= kRegList and the warp queue: selection and finish in k_select_finish */
   ss_knn_index *ix;
   knn_dev *dv;
   cudaStream_t s0, s1;
@@ -1425,7 +1471,6 @@ finish_args make_finish_args(const ss_knn_index *ix, const knn_dev *dv, const fl
   a.P1 = next_pow2(L), a.Ps = next_pow2(Kc);
   a.P2 = a.Ps > finish_scan_size(k) ? a.Ps : finish_scan_size(k);
   a.ref_norm_max = ix->ref_norm_max, a.reset_tau = reset_tau;
-  a.vec4 = ix->d % 4 == 0 && (uintptr_t)d_query % 16 == 0; /* the reference rows are then aligned too */
   a.out_i = out.idx, a.out_d = out.dist, a.cert = out.cert;
   return a;
 }
@@ -1442,6 +1487,33 @@ ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, 
   return SS_OK;
 }
 
+/* The one-tile selection and finish (k_select_finish) of query tile q0 (Qt queries, distance buffer b). */
+ss_status launch_select_finish(ss_ctx *ctx, const search_run &r, const float *d_query, int64_t q0, int64_t Qt, int b,
+                               const finish_out &out) {
+  int64_t n = r.ix->n;
+  sf_args a;
+  a.t.dist = (const float *)r.dv->dist_tile[b].p;
+  a.t.ld = n;
+  a.t.qnorm = r.qn + q0;
+  a.t.rnorm = r.dv->ref_norm;
+  a.t.r0 = 0, a.t.Rt = (int)n, a.t.nch = 1, a.t.chunk = (int)n, a.t.Kc = r.p.Kc;
+  a.t.pv = nullptr, a.t.pi = nullptr;
+  a.f = make_finish_args(r.ix, r.dv, d_query + q0 * r.ix->d, nullptr, nullptr, r.p.Kc, r.p.Kc, r.p.k, nullptr, out);
+  a.m = Qt;
+  int parts = next_pow2(ceil_div(n, r.p.sfchunk));
+  a.W = parts < kSfWarps ? parts : kSfWarps;
+  a.chunk = (int)ceil_div(n, a.W);
+  unsigned blocks = (unsigned)ceil_div(Qt, kSfWarps / a.W);
+  size_t smem = finish_warp_smem(a.f.P2);
+  constexpr int kMid = 2 * kSfMinPerLane;
+  if (a.chunk <= kSfMinPerLane * kWarp) k_select_finish<kSfMinPerLane><<<blocks, kSfThreads, smem, r.s0>>>(a);
+  else if (a.chunk <= kMid * kWarp) k_select_finish<kMid><<<blocks, kSfThreads, smem, r.s0>>>(a);
+  else k_select_finish<kSfMaxPerLane><<<blocks, kSfThreads, smem, r.s0>>>(a);
+
+  SS_CUDA_TRY_LAUNCH(ctx, "knn selection and finish");
+  return SS_OK;
+}
+
 ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float *d_query, int64_t m, int gemm_only,
                     const finish_out &out) {
   int64_t n = r.ix->n, d = r.ix->d;
@@ -1452,11 +1524,13 @@ ss_status run_tiles(ss_ctx *ctx, const search_run &r, int strategy, const float 
     for (int64_t r0 = 0; r0 < n; r0 += r.p.R, tile++) {
       int64_t Rt = n - r0 < r.p.R ? n - r0 : r.p.R;
       SS_TRY(gemm_tile(ctx, r, q0, Qt, r0, Rt, tile % 2));
-      if (!gemm_only) SS_TRY(select_tile(ctx, r, strategy, q0, Qt, r0, Rt, tile % 2, r.direct, true));
+      if (!gemm_only && !r.sf) SS_TRY(select_tile(ctx, r, strategy, q0, Qt, r0, Rt, tile % 2, r.direct, true));
     }
     if (gemm_only) continue;
     finish_out o = {out.idx + q0 * r.p.k, out.dist ? out.dist + q0 * r.p.k : nullptr, out.cert + q0};
-    if (r.direct) { /* the chunks' lists of the single reference tile */
+    if (r.sf) { /* the single reference tile was buffer (tile - 1) % 2 */
+      SS_TRY(launch_select_finish(ctx, r, d_query, q0, Qt, (tile - 1) % 2, o));
+    } else if (r.direct) { /* the chunks' lists of the single reference tile */
       int nch, chunk;
       plan_chunks(strategy, Qt, n, r.p.wchunk, &nch, &chunk);
       SS_TRY(launch_finish(ctx, r.ix, r.dv, d_query + q0 * d, Qt, (const float *)r.dv->part_v.p,
@@ -1519,7 +1593,7 @@ graph_key tiled_key(const search_run &r, const float *d_query, int64_t m, int st
                      dv->dist_tile[1].p, dv->part_v.p, dv->part_i.p, dv->tau.p, dv->run_v.p};
   static_assert(sizeof(p) / sizeof(p[0]) == sizeof(k.ptr) / sizeof(k.ptr[0]), "graph key pointers");
   memcpy(k.ptr, p, sizeof(p));
-  const int64_t v[] = {m, strategy, gemm_only, r.p.Q, r.p.R, (int64_t)r.p.Kc * 65536 + r.p.k, r.p.wchunk};
+  const int64_t v[] = {m, strategy, gemm_only, r.p.Q, r.p.R, (int64_t)r.p.Kc * 65536 + r.p.k, r.p.wchunk, r.p.sfchunk};
   static_assert(sizeof(v) / sizeof(v[0]) == sizeof(k.val) / sizeof(k.val[0]), "graph key values");
   memcpy(k.val, v, sizeof(v));
   return k;
@@ -1538,6 +1612,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   r.s1 = r.dv->sel;
   r.blas = ss_cuda_cublas(ix->be);
   r.direct = false;
+  r.sf = false;
   SS_CUBLAS_TRY(ctx, cublasSetStream(r.blas, r.s0));
   /* the plan of the previous call when nothing changed: no cudaMemGetInfo on the repeated path */
   plan_key key = {m, o->query_tile, o->ref_tile, o->k, o->warp_chunk};
@@ -1566,12 +1641,14 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
    * the finish kernel sorts the chunks' lists itself, up to its candidate limit. */
   r.direct = ix->n <= r.p.R && max_chunks(r.p.Q, r.p.R, r.p.wchunk) * Kc <= SS_KNN_GPU_MAX_CANDIDATES;
   if (r.direct) r.s1 = r.s0;
+  r.sf = r.direct && ix->n <= kSfMaxRefs && Kc <= kRegList &&
+         (o->strategy == SS_KNN_AUTO || o->strategy == SS_KNN_WARP);
   if (r.s1 != r.s0) {
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->start, r.s0));
     SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->start, 0));
   }
-  int strategy = SS_KNN_AUTO;
-  if (!strategy_known(r, o->strategy, &strategy)) { /* first search of its class: calibrate (synchronises) */
+  int strategy = r.sf ? SS_KNN_WARP : SS_KNN_AUTO;
+  if (!r.sf && !strategy_known(r, o->strategy, &strategy)) { /* first search of its class: calibrate (synchronises) */
     SS_TRY(centre_queries(ctx, r, d_query, m));
     SS_TRY(calibrate_strategy(ctx, r, m, &strategy));
   }
@@ -1671,49 +1748,10 @@ ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   return SS_OK;
 }
 
-/* The small path: one launch of k_small (D = the register width for d), replayed as a CUDA graph on
- * repeated calls with the same key (graph_run). */
-ss_status small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
-                       const finish_out &out, ss_knn_stats *stats) {
-  knn_dev *dv = (knn_dev *)ix->cuda;
-  cudaStream_t s = ss_cuda_stream(ix->be);
-  small_args a;
-  a.f = make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out);
-  a.dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep); /* the fused path's view, shared */
-  a.npad = ceil_div(ix->n, kFr) * kFr;
-  SS_TRY(fused_refs(ctx, ix, dv, a.dpad, a.npad, s));
-  a.ref_t = dv->ref_t, a.rn = dv->ref_norm, a.m = m;
-  a.ntiles = (int)ceil_div(ix->n, kSrefs);
-  unsigned blocks = (unsigned)ceil_div(m, kSq);
-  size_t smem = finish_warp_smem(a.f.P2);
-  auto launch = [&]() -> ss_status {
-    if (ix->d <= kSdimLow) k_small<kSdimLow><<<blocks, kSq * kWarp, smem, s>>>(a);
-    else k_small<SS_KNN_SMALL_MAX_DIM><<<blocks, kSq * kWarp, smem, s>>>(a);
-    SS_CUDA_TRY_LAUNCH(ctx, "knn small search (distances, selection, finish)");
-    return SS_OK;
-  };
-  graph_key key;
-  memset(&key, 0, sizeof(key));
-  const void *p[] = {d_query, out.idx, out.dist, out.cert};
-  memcpy(key.ptr, p, sizeof(p));
-  const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k};
-  memcpy(key.val, v, sizeof(v));
-  bool graphed = false;
-  SS_TRY(graph_run(ctx, dv->sgraph, key, s, launch, &graphed));
-  if (stats) {
-    stats->strategy = SS_KNN_WARP; /* the fused kernel's warp queue */
-    stats->query_tile = kSq;
-    stats->ref_tile = kSrefs;
-    stats->graph = graphed;
-  }
-  return SS_OK;
-}
-
 /* auto: where the fused path applies (K' <= SS_KNN_FUSED_MAX_CANDIDATES, d <= SS_KNN_FUSED_MAX_DIM, n <=
- * kFusedAutoMaxRefs), the fastest of the fused, the tiled and (d <= SS_KNN_SMALL_MAX_DIM) the small path,
- * measured on the first search of each (GPU, n, d, m, K') class (log2 classes) and remembered for the
- * process, like the strategy; the tiled path beyond (the large cases, where the SGEMM's efficiency wins and
- * a fused calibration would cost seconds). */
+ * kFusedAutoMaxRefs), the faster of the fused and the tiled path, measured on the first search of each
+ * (GPU, n, d, m, K') class (log2 classes) and remembered for the process, like the strategy; the tiled path
+ * beyond (the large cases, where the SGEMM's efficiency wins and a fused calibration would cost seconds). */
 constexpr int64_t kFusedAutoMaxRefs = 65536;
 constexpr int kPathCalibRepeats = 2; /* timed runs per path after the warm-ups; the fastest counts */
 constexpr int kPathCalibWarmups = 2;  /* a plain call (buffers, strategy), then the graph capture */
@@ -1738,16 +1776,11 @@ bool fused_applies(const ss_knn_index *ix, int64_t Kc) {
   return Kc <= SS_KNN_FUSED_MAX_CANDIDATES && ix->d <= SS_KNN_FUSED_MAX_DIM;
 }
 
-bool small_applies(const ss_knn_index *ix, int64_t Kc) {
-  return Kc <= SS_KNN_FUSED_MAX_CANDIDATES && ix->d <= SS_KNN_SMALL_MAX_DIM;
-}
-
 /* The path before calibration: forced, or what auto knows; SS_KNN_PATH_AUTO when auto must measure. A
  * forced path that does not apply runs the tiled path. */
 int choose_path(const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t Kc) {
   if (o->gemm_only) return SS_KNN_PATH_GEMM;
   if (o->path == SS_KNN_PATH_FUSED && fused_applies(ix, Kc)) return SS_KNN_PATH_FUSED;
-  if (o->path == SS_KNN_PATH_SMALL && small_applies(ix, Kc)) return SS_KNN_PATH_SMALL;
   if (o->path != SS_KNN_PATH_AUTO || o->strategy != SS_KNN_AUTO || !fused_applies(ix, Kc) || ix->n > kFusedAutoMaxRefs)
     return SS_KNN_PATH_GEMM;
   path_slot c = path_class(ix, m, Kc);
@@ -1847,7 +1880,6 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   cudaFree(dv->ref_t), cudaFree(dv->ref_tn);
   if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);
   if (dv->fgraph.exec) cudaGraphExecDestroy(dv->fgraph.exec);
-  if (dv->sgraph.exec) cudaGraphExecDestroy(dv->sgraph.exec);
   if (dv->gemm_graph.exec) cudaGraphExecDestroy(dv->gemm_graph.exec);
   for (int i = 0; i < 2; i++) {
     if (dv->gemm_done[i]) cudaEventDestroy(dv->gemm_done[i]);
@@ -1863,14 +1895,13 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
 }
 
 const char *path_name(int path) {
-  return path == SS_KNN_PATH_FUSED ? "fused" : path == SS_KNN_PATH_SMALL ? "small" : "tiled";
+  return path == SS_KNN_PATH_FUSED ? "fused" : "tiled";
 }
 
 /* One search on a given path (never auto). */
 ss_status path_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, int path, const float *d_query, int64_t m,
                       int Kc, const finish_out &out, ss_knn_stats *stats) {
   if (path == SS_KNN_PATH_FUSED) return fused_search(ctx, ix, o, d_query, m, Kc, out, stats);
-  if (path == SS_KNN_PATH_SMALL) return small_search(ctx, ix, o, d_query, m, Kc, out, stats);
   return tiled_search(ctx, ix, o, d_query, m, Kc, out, stats);
 }
 
@@ -1878,17 +1909,17 @@ ss_status path_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, int p
  * call, a call that captures its CUDA graph, then kPathCalibRepeats timed replays (a path whose key cannot
  * be captured times plain launches) — and the fastest is remembered and logged; the caller's search then
  * runs it (a replay of the graph calibration captured, when its key is unchanged). Timing plain launches
- * instead (device run 1 of brief K4) preferred the one-launch small path at 2^10 where the tiled path's
- * 4-launch graph is faster. Synchronises. */
+ * instead (device run 1 of brief K4) preferred a one-launch path at 2^10 where the tiled path's graph was
+ * faster. Synchronises. */
 ss_status calibrate_path(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                          const finish_out &out, int *path) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
-  const int paths[3] = {SS_KNN_PATH_SMALL, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
-  float ms[3] = {INFINITY, INFINITY, INFINITY};
+  constexpr int kPaths = 2;
+  const int paths[kPaths] = {SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
+  float ms[kPaths] = {INFINITY, INFINITY};
   ss_status st = SS_OK;
-  for (int p = 0; p < 3 && st == SS_OK; p++) {
-    if (paths[p] == SS_KNN_PATH_SMALL && !small_applies(ix, Kc)) continue;
+  for (int p = 0; p < kPaths && st == SS_OK; p++) {
     for (int rep = 0; rep < kPathCalibWarmups + kPathCalibRepeats && st == SS_OK; rep++) {
       st = cudaEventRecord(dv->t0, s) == cudaSuccess ? SS_OK : ss_fail(ctx, SS_ERR_DEVICE, "knn: event record failed");
       if (st == SS_OK) st = path_search(ctx, ix, o, paths[p], d_query, m, Kc, out, nullptr);
@@ -1901,15 +1932,14 @@ ss_status calibrate_path(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, co
   }
   SS_TRY(st);
   int best = 0;
-  for (int p = 1; p < 3; p++)
+  for (int p = 1; p < kPaths; p++)
     if (ms[p] < ms[best]) best = p;
-  if (ms[best] == INFINITY) best = 2; /* nothing timed (cannot happen): the tiled path */
+  if (ms[best] == INFINITY) best = kPaths - 1; /* nothing timed (cannot happen): the tiled path */
   path_slot c = path_class(ix, m, Kc);
   c.path = paths[best];
   *path = c.path;
-  ss_log_info(ctx, "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (small %.3f ms, "
-              "fused %.3f ms, tiled %.3f ms)", c.device, c.n_class, c.d_class, c.m_class, Kc, path_name(c.path), ms[0],
-              ms[1], ms[2]);
+  ss_log_info(ctx, "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (fused %.3f ms, "
+              "tiled %.3f ms)", c.device, c.n_class, c.d_class, c.m_class, Kc, path_name(c.path), ms[0], ms[1]);
   std::lock_guard<std::mutex> lock(g_path_mu);
   if (g_npath < kCalibSlots) g_path[g_npath++] = c;
   return SS_OK;

@@ -46,22 +46,52 @@ extern "C" {
 /* Incremental mode: queries per dependency block. */
 #define SS_KNN_INCREMENTAL_BLOCK 1024
 
-/* The exact distance: the one definition every backend ranks by. Each coordinate difference,
- * square and sum is one correctly rounded double operation in index order; device code uses the
- * _rn intrinsics so that nvcc cannot contract them into FMAs (the C side is built as ISO C11, where
- * GCC does not contract either). */
+/* Partial sums of ss_knn_exact_dist (on the GPU: a warp's lanes, one coordinate each). */
+#define SS_KNN_EXACT_LANES 32
+#define SS_KNN_EXACT_LEVELS 5 /* log2(SS_KNN_EXACT_LANES) */
+
+/* The exact distance: the one definition every backend ranks by. Σ_j ((double)a_j − (double)b_j)², each
+ * difference, square and sum one correctly rounded double operation, in a fixed order: SS_KNN_EXACT_LANES
+ * partial sums (partial l: the coordinates j ≡ l mod SS_KNN_EXACT_LANES, in increasing j), then combined
+ * pairwise, s_l = s_l + s_(l+o) for o = 16, 8, 4, 2, 1 (l < o); the result is s_0. A warp computes it with
+ * one coordinate per lane and coalesced row loads (cuda/knn.cu warp_exact_group); the chain of dependent
+ * additions is d / 32 + 5 long instead of d. Partials beyond d are exact zeros (x + 0 = x for x >= +0), so
+ * the C side skips them. Device code uses the _rn intrinsics so that nvcc cannot contract them into FMAs
+ * (the C side is built as ISO C11, where GCC does not contract either). */
 SS_KNN_HD double ss_knn_exact_dist(const float *a, const float *b, int64_t d) {
-  double s = 0.0;
-  for (int64_t j = 0; j < d; j++) {
 #if defined(__CUDA_ARCH__)
-    double t = __dsub_rn((double)a[j], (double)b[j]);
-    s = __dadd_rn(s, __dmul_rn(t, t));
-#else
-    double t = (double)a[j] - (double)b[j];
-    s = s + t * t;
-#endif
+  /* One thread, few registers (the exact scans, the block finish): the partials in bit-reversed lane order,
+   * where the tree's siblings are adjacent, folded like a binary counter (a stack of one partial per level);
+   * each pairwise sum is the definition's (addition commutes exactly). Not unrolled: 32 interleaved copies
+   * of the coordinate loop took 168 registers. */
+  double st[SS_KNN_EXACT_LEVELS + 1];
+#pragma unroll 1
+  for (int i = 0; i < SS_KNN_EXACT_LANES; i++) {
+    int l = (int)(__brev((unsigned)i) >> (32 - SS_KNN_EXACT_LEVELS)), top = __popc(i);
+    double p = 0.0;
+    for (int64_t j = l; j < d; j += SS_KNN_EXACT_LANES) {
+      double t = __dsub_rn((double)a[j], (double)b[j]);
+      p = __dadd_rn(p, __dmul_rn(t, t));
+    }
+#pragma unroll
+    for (int c = i; c & 1; c >>= 1) p = __dadd_rn(st[--top], p);
+    st[top] = p;
   }
-  return s;
+  return st[0];
+#else
+  double s[SS_KNN_EXACT_LANES];
+  int lanes = d < SS_KNN_EXACT_LANES ? (int)d : SS_KNN_EXACT_LANES;
+  if (lanes <= 0) return 0.0;
+  for (int l = 0; l < lanes; l++) s[l] = 0.0;
+  for (int64_t j0 = 0; j0 < d; j0 += SS_KNN_EXACT_LANES)
+    for (int l = 0; l < lanes && j0 + l < d; l++) {
+      double t = (double)a[j0 + l] - (double)b[j0 + l];
+      s[l] = s[l] + t * t;
+    }
+  for (int o = SS_KNN_EXACT_LANES / 2; o > 0; o >>= 1)
+    for (int l = 0; l < o && l + o < lanes; l++) s[l] = s[l] + s[l + o];
+  return s[0];
+#endif
 }
 
 /* Rigorous bound on |approximate − exact| for a query of centred norm q_norm against references of
@@ -79,14 +109,11 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
 
 /* GPU path: the fused kernel (distances and selection in one pass; K' <= SS_KNN_FUSED_MAX_CANDIDATES
  * and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a
- * selection kernel), the single-kernel small path (distances, selection and the finish in one launch,
- * a warp per query; K' <= SS_KNN_FUSED_MAX_CANDIDATES and d <= SS_KNN_SMALL_MAX_DIM, else the tiled
- * path runs), or auto — where a fused path applies and n <= 65,536, the fastest of them, timed on the
- * first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
-typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_SMALL } ss_knn_path;
+ * selection kernel), or auto — where the fused path applies and n <= 65,536, the faster of the two, timed
+ * on the first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
+typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_knn_path;
 #define SS_KNN_FUSED_MAX_CANDIDATES 64
 #define SS_KNN_FUSED_MAX_DIM 256 /* the fused kernel keeps its queries' d coordinates in shared memory */
-#define SS_KNN_SMALL_MAX_DIM 64  /* the small kernel keeps a reference's d coordinates in registers */
 
 typedef struct {
   int64_t k;
@@ -97,7 +124,9 @@ typedef struct {
   int gemm_only;      /* benchmark hook: run only the tiled distance GEMM; outputs untouched
                          (SS_KNN_GEMM_ONLY_GRAPH: the same SGEMM calls replayed as one CUDA graph) */
   int64_t warp_chunk; /* benchmark hook (GPU warp queue): fewest references per chunk; 0 = the built-in
-                         4096 (cuda/knn.cu kWarpMinChunk). Not a parameter: it only moves the speed */
+                         4096 (cuda/knn.cu kWarpMinChunk); for the one-tile selection-and-finish kernel (K'
+                         <= 64) the references per warp, 0 = 4096 (kSfChunk). Not a parameter: it only
+                         moves the speed */
   int64_t fused_blocks_per_sm; /* benchmark hook (fused path): target blocks per SM that set the reference
                                   splits; 0 = the built-in (cuda/knn.cu kFusedBlocksPerSm) */
 } ss_knn_opts;

@@ -1,8 +1,8 @@
 /* gpu_test_knn.c — GPU group: the CUDA KNN gives the CPU's neighbours exactly (indices and
  * distances) for every strategy, tile shape, k > 64 and ties, on every path (the fused kernel where
- * K' <= 64 and d <= 256, the single-kernel small path where K' <= 64 and d <= 64; the per-warp finish
- * and the seeded warp queue where K' <= 64, the block finish beyond); incremental mode on the GPU; the
- * CLI gives identical files on both devices. */
+ * K' <= 64 and d <= 256; the per-warp finish and, for one reference tile, the selection-and-finish kernel
+ * with 1-8 warps per query where K' <= 64, the block finish beyond); incremental mode on the GPU; the CLI
+ * gives identical files on both devices. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +38,7 @@ static ss_backend open_be(ss_device_kind kind) {
 }
 
 static const char *path_name(int path) {
-  return path == SS_KNN_PATH_FUSED ? "fused" : path == SS_KNN_PATH_SMALL ? "small" : "tiled";
+  return path == SS_KNN_PATH_FUSED ? "fused" : "tiled";
 }
 
 typedef struct {
@@ -62,11 +62,10 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
   assert_int_equal(ss_knn_search(&ctx, cx, &o, q, c->m, ci, cd, NULL), SS_OK);
   for (int64_t i = 0; i < c->m; i++)
     for (int64_t r = 0; r + 1 < c->k; r++) ties += cd[i * c->k + r] == cd[i * c->k + r + 1];
-  /* the tiled path with each selection, the fused and small paths (when K' and d allow them), and auto */
-  const int strategies[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP, SS_KNN_AUTO, SS_KNN_AUTO, SS_KNN_AUTO};
-  const int paths[] = {SS_KNN_PATH_GEMM,  SS_KNN_PATH_GEMM,  SS_KNN_PATH_GEMM,
-                       SS_KNN_PATH_FUSED, SS_KNN_PATH_SMALL, SS_KNN_PATH_AUTO};
-  for (int s = 0; s < 6; s++) {
+  /* the tiled path with each selection, the fused path (when K' and d allow it), and auto */
+  const int strategies[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP, SS_KNN_AUTO, SS_KNN_AUTO};
+  const int paths[] = {SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_FUSED, SS_KNN_PATH_AUTO};
+  for (int s = 0; s < 5; s++) {
     o.strategy = strategies[s];
     o.path = paths[s];
     ss_knn_stats st;
@@ -78,9 +77,7 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
            (long long)st.ref_tile, c->grid, path_name(st.path),
            ss_knn_strategy_name(st.strategy), (long long)diff, (long long)ties, (long long)st.fallbacks);
     int few = ss_knn_candidates(c->k, c->n) <= SS_KNN_FUSED_MAX_CANDIDATES;
-    int applies = paths[s] == SS_KNN_PATH_FUSED ? few && c->d <= SS_KNN_FUSED_MAX_DIM
-                  : paths[s] == SS_KNN_PATH_SMALL ? few && c->d <= SS_KNN_SMALL_MAX_DIM
-                                                  : 1;
+    int applies = paths[s] == SS_KNN_PATH_FUSED ? few && c->d <= SS_KNN_FUSED_MAX_DIM : 1;
     if (paths[s] != SS_KNN_PATH_AUTO) assert_int_equal(st.path, applies ? paths[s] : SS_KNN_PATH_GEMM);
     assert_int_equal(diff, 0);
   }
@@ -108,13 +105,22 @@ static void cpu_gpu_identical(void **state) {
       {5000, 20, 5, 1800, 4096, 65536, 0, 0},     /* K' = 2033: the largest warp queue (P = 4096) */
       {30011, 500, 7, 32, 4096, 65536, 2, 0},     /* neighbours consecutive in index order, k = 32, d odd */
       {100003, 64, 9, 20, 4096, 16384, 0, 0},     /* seven reference tiles: shared thresholds across tiles */
-      /* the per-warp finish (K' <= 64) and the seeded warp queue (one reference tile, K' <= 64): */
+      /* the per-warp finish (K' <= 64), the seeded warp queue (one reference tile, K' <= 64, n > 4096) and the
+       * one-tile selection-and-finish kernel (K' <= 64, n <= 4096; warps per query W = next_pow2(n / chunk) <= 8,
+       * chunk = warp_chunk or 4096): */
       {1025, 333, 33, 1, 4096, 65536, 0, 0},      /* k = 1, n and m off every tile, d odd */
       {2500, 257, 19, 50, 4096, 65536, 0, 0},     /* K' = 64: the largest per-warp finish and seed */
       {2500, 257, 19, 51, 4096, 65536, 0, 0},     /* K' = 65: the block finish, no seed */
       {20000, 301, 40, 25, 4096, 65536, 0, 0},    /* four chunks per query: the finish merges four lists */
       {6000, 203, 4, 32, 4096, 65536, 1, 0},      /* {0,1,2}: seed ties, every query scanned by its block */
       {9999, 1200, 32, 25, 4096, 65536, 0, 1024}, /* 1024-reference chunks: 9 lists per query, seeded */
+      {4096, 300, 24, 25, 4096, 65536, 0, 0},     /* W = 1: four passes of 1024 */
+      {4096, 301, 24, 25, 4096, 65536, 0, 2048},  /* W = 2: two passes each, one merge round */
+      {3333, 200, 40, 25, 4096, 65536, 0, 1024},  /* W = 4 parts of 834: one partial pass each */
+      {1500, 333, 20, 25, 4096, 65536, 0, 1024},  /* W = 2 (4 queries per block), one merge round */
+      {4000, 200, 12, 50, 4096, 65536, 0, 1024},  /* W = 4, K' = 64, a partial last block */
+      {3000, 77, 9, 1, 4096, 65536, 0, 256},      /* k = 1, W = 8 parts of 375 */
+      {4000, 1000, 16, 20, 300, 65536, 0, 512},   /* four query tiles (both distance buffers), W = 8 */
       /* the fused kernel (auto on <= 65,536 references, K' <= 64, d <= 256; forced above): */
       {1024, 1200, 256, 25, 4096, 65536, 0, 0},   /* the grid's 2^10, d 256: one tile per split */
       {20011, 77, 61, 25, 4096, 65536, 0, 0},     /* 3 query tiles, 53 splits of 3 tiles, n, m, d off every tile */
@@ -123,7 +129,7 @@ static void cpu_gpu_identical(void **state) {
       {4000, 300, 3, 25, 4096, 65536, 1, 0},      /* {0,1,2}: seeds and thresholds at ties, block scans */
       {3000, 100, 300, 10, 4096, 65536, 0, 0},    /* d > 256: fused forced falls back to the tiled path */
       {60, 33, 7, 52, 4096, 65536, 0, 0},         /* K' = n = 60 < one tile: no seed, trivially certified */
-      /* the small path (K' <= 64, d <= 64; forced above, and auto's choice on small n): */
+      /* grid-like shapes with d <= 64 (added for the single-kernel small path, removed in brief K5): */
       {2048, 1200, 64, 25, 4096, 65536, 0, 0},    /* the grid's 2^11, d 64: D = 64, float4 rows */
       {1000, 13, 41, 50, 4096, 65536, 0, 0},      /* K' = 64, d odd above 32, n off the 256-reference tile */
       {300, 9, 33, 30, 4096, 65536, 1, 0},        /* {0,1,2}: seed ties, block scans of a partial block */
@@ -158,8 +164,8 @@ static void device_entry_identical(void **state) {
   assert_int_equal(cudaMalloc((void **)&dd, sizeof(double) * m * k), cudaSuccess);
   assert_int_equal(cudaMalloc((void **)&dc, (size_t)m), cudaSuccess);
   assert_int_equal(cudaMemcpy(dq, q, sizeof(float) * m * d, cudaMemcpyHostToDevice), cudaSuccess);
-  const int paths[] = {SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_SMALL};
-  for (int p = 0; p < 3; p++) {
+  const int paths[] = {SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM};
+  for (int p = 0; p < 2; p++) {
     o.path = paths[p];
     ss_knn_stats st;
     assert_int_equal(cudaMemset(di, 0xff, sizeof(int32_t) * m * k), cudaSuccess);
@@ -215,8 +221,8 @@ static void repeated_searches_identical(void **state) {
   assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, n, d, &gx), SS_OK);
   const int64_t ks[] = {32, kmax, 32};
   const int strategies[] = {SS_KNN_WARP, SS_KNN_AUTO, SS_KNN_AUTO};
-  const int paths[] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_AUTO, SS_KNN_PATH_SMALL}; /* tiled, tiled (K' > 64), small */
-  static const char *const what[] = {"host API, k 32", "host API, k 70", "host API, k 32, small path"};
+  const int paths[] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_AUTO, SS_KNN_PATH_FUSED}; /* tiled, tiled (K' > 64), fused */
+  static const char *const what[] = {"host API, k 32", "host API, k 70", "host API, k 32, fused path"};
   for (int v = 0; v < 3; v++) {
     ss_knn_opts o = {.k = ks[v], .strategy = strategies[v], .path = paths[v], .query_tile = 4096, .ref_tile = 65536};
     for (int call = 0; call < 4; call++) {

@@ -26,13 +26,15 @@ static int ref_cmp(const void *pa, const void *pb) {
 static int64_t brute_force(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx,
                            double *dist) {
   ref_item *all = malloc(sizeof(ref_item) * (size_t)n);
-  for (int64_t r = 0; r < n; r++) {
-    double s = 0.0;
+  for (int64_t r = 0; r < n; r++) { /* ss_knn_exact_dist's documented order, every partial and level */
+    double s[SS_KNN_EXACT_LANES] = {0.0};
     for (int64_t j = 0; j < d; j++) {
       double t = (double)q[j] - (double)ref[r * d + j];
-      s = s + t * t;
+      s[j % SS_KNN_EXACT_LANES] = s[j % SS_KNN_EXACT_LANES] + t * t;
     }
-    all[r] = (ref_item){s, r};
+    for (int o = SS_KNN_EXACT_LANES / 2; o > 0; o >>= 1)
+      for (int l = 0; l < o; l++) s[l] = s[l] + s[l + o];
+    all[r] = (ref_item){s[0], r};
   }
   qsort(all, (size_t)n, sizeof(*all), ref_cmp);
   int64_t ties = 0;
