@@ -7,13 +7,15 @@
  *              the two; host API end to end (upload, search, download; wall clock) with, for
  *              reference, upload + centring + SGEMMs; our CPU path on the grid
  *   crossover: k = 1..256 at 1,200 x 2^15, d = 64 — kmin, bitonic and warp forced
- *   chunks:    1,200 queries, references 2^12..2^15, d in {32, 128}, k = 25: device-resident tiled
- *              search (auto strategy) with the warp queue's chunks at 1024, 2048 and 4096 (the default) references
- * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--grid-only] [--fused-sweep]
- *                  [--case M N D K]
+ *   chunks:    1,200 queries, references 2^11..2^15, d in {32, 128}, k = 25: device-resident tiled
+ *              search (auto strategy) with 1024, 4096 (the default) and 8192 references per warp of the one-tile
+ *              selection-and-finish kernel (ss_knn_opts.warp_chunk; warps per query = next_pow2(n / chunk) <= 8)
+ * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--no-large] [--grid-only]
+ *                  [--fused-sweep] [--qtile-sweep] [--sweeps-only] [--case M N D K]
  *   (--quick: small sizes, for a smoke run without a GPU; the others skip parts, for short runs
  *   (--grid-only: the grid alone, no large cases, chunks or crossover; --fused-sweep: also the fused path's
- *   splits at 2, 4 and 8 target blocks per SM, group "fused_splits");
+ *   splits at 2, 4 and 8 target blocks per SM, group "fused_splits"; --qtile-sweep: the tiled path with 4096
+ *   (one tile), 256 and 128 queries per distance tile, group "query_tiles"; --sweeps-only: only the sweeps asked for);
  *   --case: that one case alone, group "probe", e.g. under a profiler) */
 #include <math.h>
 #include <stdio.h>
@@ -36,7 +38,8 @@
 #define GRID_DEVICE_REPEATS 20
 #define LARGE_DEVICE_REPEATS 5
 #define FUSED_MAX_REFS 65536 /* the fused path is timed on the grid only (auto takes the tiled path beyond) */
-#define CHUNK_SWEEP_MIN_LOG2 12
+#define CHUNK_SWEEP_MIN_LOG2 11
+#define QTILE_SWEEP_MIN_LOG2 12
 
 typedef struct {
   ss_ctx *ctx;
@@ -82,7 +85,7 @@ static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t
 }
 
 static const char *path_name(int path) {
-  return path == SS_KNN_PATH_FUSED ? "fused" : path == SS_KNN_PATH_SMALL ? "small" : "tiled";
+  return path == SS_KNN_PATH_FUSED ? "fused" : "tiled";
 }
 
 static void add_stats(cJSON *c, const ss_knn_stats *s) {
@@ -96,9 +99,8 @@ static void add_stats(cJSON *c, const ss_knn_stats *s) {
 }
 
 #if SS_HAVE_CUDA
-/* Device-resident timings of one case: auto, each path forced (the small and fused ones only where they
- * apply and n <= FUSED_MAX_REFS, the range where auto considers them), the SGEMM tiles alone, plain and as
- * one CUDA graph.
+/* Device-resident timings of one case: auto, each path forced (the fused one only where it applies and
+ * n <= FUSED_MAX_REFS, the range where auto considers it), the SGEMM tiles alone, plain and as one CUDA graph.
  * Returns auto / the faster GEMM. */
 static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t d, int64_t k,
                              int repeats) {
@@ -118,20 +120,19 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
     ss_knn_opts o;
     ss_knn_opts_from_params(&o, &p);
     o.k = k;
-    enum { T_AUTO, T_SMALL, T_FUSED, T_TILED, T_GEMM, T_GEMM_GRAPH, T_COUNT };
-    static const char *const keys[T_COUNT] = {"device_s", "small_device_s", "fused_device_s", "tiled_device_s",
+    enum { T_AUTO, T_FUSED, T_TILED, T_GEMM, T_GEMM_GRAPH, T_COUNT };
+    static const char *const keys[T_COUNT] = {"device_s", "fused_device_s", "tiled_device_s",
                                               "gemm_device_s", "gemm_graph_device_s"};
-    const int paths[T_COUNT] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_SMALL, SS_KNN_PATH_FUSED,
-                                SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM,  SS_KNN_PATH_GEMM};
-    const int gemm_only[T_COUNT] = {0, 0, 0, 0, 1, SS_KNN_GEMM_ONLY_GRAPH};
-    double t[T_COUNT] = {NAN, NAN, NAN, NAN, NAN, NAN};
+    const int paths[T_COUNT] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM,
+                                SS_KNN_PATH_GEMM};
+    const int gemm_only[T_COUNT] = {0, 0, 0, 1, SS_KNN_GEMM_ONLY_GRAPH};
+    double t[T_COUNT] = {NAN, NAN, NAN, NAN, NAN};
     ss_knn_stats st = {0}, auto_st = {0};
     int fusable = ss_knn_candidates(k, ix->n) <= SS_KNN_FUSED_MAX_CANDIDATES && ix->n <= FUSED_MAX_REFS;
     for (int i = 0; i < T_COUNT; i++) {
       o.path = paths[i];
       o.gemm_only = gemm_only[i];
       if (i == T_FUSED && !(fusable && d <= SS_KNN_FUSED_MAX_DIM)) continue;
-      if (i == T_SMALL && !(fusable && d <= SS_KNN_SMALL_MAX_DIM)) continue;
       if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di, dd, dc, repeats, &t[i], &st) != SS_OK) {
         fprintf(stderr, "bench_knn: %s\n", ss_error_message(ctx));
         t[i] = NAN;
@@ -147,9 +148,8 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
     cJSON_AddNumberToObject(c, "ratio_to_gemm_plain", t[T_AUTO] / t[T_GEMM]);
     cJSON_AddStringToObject(c, "device_path", path_name(auto_st.path));
     cJSON_AddBoolToObject(c, "device_graph", auto_st.graph);
-    printf("  device-resident: ours %.6f s (%s; small %.6f, fused %.6f, tiled %.6f)  gemm %.6f s (graph %.6f)  "
-           "ratio %.2f\n", t[T_AUTO], path_name(auto_st.path), t[T_SMALL], t[T_FUSED], t[T_TILED], t[T_GEMM],
-           t[T_GEMM_GRAPH], ratio);
+    printf("  device-resident: ours %.6f s (%s; fused %.6f, tiled %.6f)  gemm %.6f s (graph %.6f)  ratio %.2f\n",
+           t[T_AUTO], path_name(auto_st.path), t[T_FUSED], t[T_TILED], t[T_GEMM], t[T_GEMM_GRAPH], ratio);
   }
   cudaFree(dq), cudaFree(di), cudaFree(dd), cudaFree(dc);
   return ratio;
@@ -164,15 +164,21 @@ typedef struct {
   int64_t dims[2], values[3];
   int min_log2;
   int path;       /* ss_knn_path forced while sweeping */
-  int is_chunk;   /* the knob: ss_knn_opts.warp_chunk (1) or fused_blocks_per_sm (0) */
+  int knob;       /* KNOB_*: the ss_knn_opts field swept */
 } knob_sweep;
 
-/* The warp queue's chunk length (ss_knn_opts.warp_chunk), on the tiled path. */
-static const knob_sweep CHUNK_SWEEP = {"chunks", "device_s_chunk", "chunk", {32, 128}, {1024, 2048, 4096},
-                                       CHUNK_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, 1};
+enum { KNOB_WARP_CHUNK = 0, KNOB_FUSED_BLOCKS_PER_SM, KNOB_QUERY_TILE };
+
+/* References per warp of the one-tile selection-and-finish kernel (ss_knn_opts.warp_chunk), on the tiled path. */
+static const knob_sweep CHUNK_SWEEP = {"chunks", "device_s_chunk", "chunk", {32, 128}, {1024, 4096, 8192},
+                                       CHUNK_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_WARP_CHUNK};
 /* The fused path's reference splits (ss_knn_opts.fused_blocks_per_sm: target blocks per SM), --fused-sweep. */
 static const knob_sweep FUSED_SWEEP = {"fused_splits", "device_s_bps", "blocks/SM", {32, 256}, {2, 4, 8}, 10,
-                                       SS_KNN_PATH_FUSED, 0};
+                                       SS_KNN_PATH_FUSED, KNOB_FUSED_BLOCKS_PER_SM};
+/* Queries per distance tile on the tiled path (ss_knn_opts.query_tile), --qtile-sweep: a tile of 1,200 x n
+ * floats leaves L2 for DRAM at large n; 128 or 256 queries at a time keep it there. */
+static const knob_sweep QTILE_SWEEP = {"query_tiles", "device_s_qtile", "query tile", {32, 128}, {4096, 256, 128},
+                                       QTILE_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_QUERY_TILE};
 
 static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const knob_sweep *ks, int64_t n,
                        int64_t d, const float *dq, int32_t *di, double *dd, uint8_t *dc) {
@@ -193,8 +199,9 @@ static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const k
     ss_knn_opts o;
     ss_knn_opts_from_params(&o, &p);
     o.k = k, o.path = ks->path;
-    if (ks->is_chunk) o.warp_chunk = ks->values[vi];
-    else o.fused_blocks_per_sm = ks->values[vi];
+    if (ks->knob == KNOB_WARP_CHUNK) o.warp_chunk = ks->values[vi];
+    else if (ks->knob == KNOB_FUSED_BLOCKS_PER_SM) o.fused_blocks_per_sm = ks->values[vi];
+    else o.query_tile = ks->values[vi];
     double t = NAN;
     ss_knn_stats st = {0};
     if (ss_knn_cuda_time_device(ctx, ix, &o, dq, m, di, dd, dc, GRID_DEVICE_REPEATS, &t, &st) != SS_OK)
@@ -202,7 +209,8 @@ static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const k
     char key[64];
     snprintf(key, sizeof(key), "%s%lld", ks->key, (long long)ks->values[vi]);
     cJSON_AddNumberToObject(c, key, t);
-    printf("  %s %lld: %.6f s (ref tile %lld)", ks->label, (long long)ks->values[vi], t, (long long)st.ref_tile);
+    printf("  %s %lld: %.6f s (tiles %lld x %lld)", ks->label, (long long)ks->values[vi], t, (long long)st.query_tile,
+           (long long)st.ref_tile);
   }
   printf("\n");
   fflush(stdout);
@@ -323,6 +331,7 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
   const char *out = "bench/results/knn_ours.json";
   int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1, with_large = 1, with_fused_sweep = 0;
+  int with_qtile_sweep = 0, sweeps_only = 0; /* --sweeps-only: the sweeps asked for, nothing else */
   int64_t probe[4] = {0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -331,8 +340,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-cpu")) with_cpu = 0;
     else if (!strcmp(argv[i], "--no-crossover")) with_crossover = 0;
     else if (!strcmp(argv[i], "--no-chunks")) with_chunks = 0;
+    else if (!strcmp(argv[i], "--no-large")) with_large = 0;
     else if (!strcmp(argv[i], "--grid-only")) with_large = with_chunks = with_crossover = 0;
     else if (!strcmp(argv[i], "--fused-sweep")) with_fused_sweep = 1;
+    else if (!strcmp(argv[i], "--qtile-sweep")) with_qtile_sweep = 1;
+    else if (!strcmp(argv[i], "--sweeps-only")) sweeps_only = 1;
     else out = argv[i];
   }
   ss_ctx ctx;
@@ -359,7 +371,7 @@ int main(int argc, char **argv) {
   int n_grid = 0;
   const int64_t dims[] = {32, 64, 128, 256};
   int top = quick ? 11 : 15;
-  for (int di = 0; di < 4 && quick >= 0; di++)
+  for (int di = 0; di < 4 && quick >= 0 && !sweeps_only; di++)
     for (int e = 10; e <= top; e++) {
       double r = bench_case(&doc, &ctx, g, with_cpu ? &cpu : NULL, "grid", quick ? 200 : GRID_QUERIES,
                             (int64_t)1 << e, dims[di], GRID_K, 5, GRID_DEVICE_REPEATS);
@@ -368,17 +380,18 @@ int main(int argc, char **argv) {
     }
   if (have_gpu && quick >= 0) {
     const int64_t large_m[] = {100000, 10000};
-    for (int i = 0; i < 2 && with_large; i++) {
+    for (int i = 0; i < 2 && with_large && !sweeps_only; i++) {
       double r = bench_case(&doc, &ctx, g, NULL, "large", quick ? large_m[i] / 100 : large_m[i],
                             quick ? 10000 : 1000000, LARGE_D, LARGE_K, 3, LARGE_DEVICE_REPEATS);
       if (LARGE_K <= 32 && r > max_ratio) max_ratio = r;
       if (r > max_large) max_large = r;
     }
 #if SS_HAVE_CUDA
-    if (with_chunks && !quick) sweep(&doc, &ctx, g, &CHUNK_SWEEP);
+    if (with_chunks && !quick && !sweeps_only) sweep(&doc, &ctx, g, &CHUNK_SWEEP);
     if (with_fused_sweep && !quick) sweep(&doc, &ctx, g, &FUSED_SWEEP);
+    if (with_qtile_sweep && !quick) sweep(&doc, &ctx, g, &QTILE_SWEEP);
 #endif
-    if (with_crossover) {
+    if (with_crossover && !sweeps_only) {
       int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);
       ss_bench_summary_number(&doc, "kmin_bitonic_crossover_k", (double)cross);
     }
