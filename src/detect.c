@@ -139,6 +139,7 @@ void ss_detect_work_free(ss_detect_work *w) {
   free(w->start);
   free(w->ring);
   free(w->peak);
+  free(w->first_row);
   memset(w, 0, sizeof(*w));
 }
 
@@ -154,6 +155,7 @@ static ss_status work_reserve(ss_ctx *ctx, ss_detect_work *w, int64_t need) {
   SS_TRY(grow(ctx, (void **)&w->parent, n, sizeof(int32_t), "detection nodes"));
   SS_TRY(grow(ctx, (void **)&w->order, n, sizeof(int32_t), "detection nodes"));
   SS_TRY(grow(ctx, (void **)&w->start, n + 1, sizeof(int32_t), "detection nodes"));
+  SS_TRY(grow(ctx, (void **)&w->first_row, n, sizeof(int32_t), "detection nodes")); /* components <= nodes */
   w->cap = cap;
   return SS_OK;
 }
@@ -303,6 +305,7 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
   const int C = g->n_channels;
   SS_TRY(ss_detect_block_check(ctx, cfg, g, th, blk, out));
   int32_t n = 0;
+  w->n_reported = 0;
   SS_TRY(flood(ctx, cfg, g, th, blk, w, &n));
   if (n == 0) return SS_OK;
   /* group the nodes by root (counting sort; roots ascend, so components come in first-node order) */
@@ -323,6 +326,7 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
       for (int32_t k = lo; k < hi; k++) touches_end |= w->row[w->order[k]] == blk->search_end - 1;
       out->n_truncated += touches_end && blk->search_end < blk->n_rows;
       SS_TRY(emit_spike(ctx, cfg, th, blk, w, lo, hi, out));
+      w->first_row[w->n_reported++] = (int32_t)first;
     }
     lo = hi;
   }

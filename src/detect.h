@@ -91,6 +91,8 @@ typedef struct {
   int32_t *ring;
   float *peak;  /* [n_channels] */
   int ring_cap;
+  int32_t *first_row;  /* the block row of the first node of each component the last CPU run reported */
+  int64_t n_reported;  /* (in order: first_row[i] belongs to the i-th spike it appended) */
 } ss_detect_work;
 void ss_detect_work_free(ss_detect_work *w);
 

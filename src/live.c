@@ -71,7 +71,7 @@ struct ss_live_engine {
   arrival *arr;            /* pushes whose samples may still be needed, oldest first */
   int64_t arr_n, arr_cap;
   ss_detect_work work;
-  ss_spike_list full, cut, probe; /* every-component detections (moving own_from) */
+  ss_spike_list full, cut; /* every-component detections (moving own_from) */
   ss_spike_list spikes, rcut;     /* spike detections over all rows / the rows before R − join_size */
   ss_spike_list view;             /* CUDA: the last detection's tables (pinned host memory, no masks) */
   const ss_spike_list *found;     /* the spikes of the last report: &spikes, or &view */
@@ -160,7 +160,6 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
   if (st == SS_OK) st = ss_filter_state_init(ctx, &m->filter, e->C, &e->fst);
   ss_spike_list_init(ctx, &e->full, e->C, m->n_wave, 0);
   ss_spike_list_init(ctx, &e->cut, e->C, m->n_wave, 0);
-  ss_spike_list_init(ctx, &e->probe, e->C, m->n_wave, 0);
   ss_spike_list_init(ctx, &e->rcut, e->C, m->n_wave, 0);
   const int on_gpu = be->kind == SS_DEVICE_CUDA;
   ss_spike_list_init(ctx, &e->spikes, e->C, m->n_wave, !on_gpu);
@@ -198,7 +197,6 @@ void ss_live_engine_close(ss_live_engine *e) {
   ss_detect_work_free(&e->work);
   ss_spike_list_free(&e->full);
   ss_spike_list_free(&e->cut);
-  ss_spike_list_free(&e->probe);
   ss_spike_list_free(&e->rcut);
   free(e->sel);
   free(e->wsel);
@@ -369,41 +367,18 @@ static int same_spike(const ss_spike_list *a, int64_t i, const ss_spike_list *b,
 /* The end X of the rows whose components are all final: every component first-noded in
  * [own_from, X) is reported identically by a search over all rows and one that stops Q rows
  * before the end (live.h). Components come in first-node order, so the final ones form a prefix
- * P of the full list; X is the first row of component P, found by bisection on the own region. */
+ * P of the full list, and X is the first row of component P: the largest X with at most P
+ * components first-noded before it (the detection's own first_row, no further search). */
 static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
   const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->Q;
   *x = e->own_from;
   if (cut_end <= e->own_from - e->buf0) return SS_OK; /* no row of the own region can be final yet */
-  SS_TRY(detect(ctx, e, &e->every, e->buf_n, R, &e->full));
   SS_TRY(detect(ctx, e, &e->every, cut_end, R, &e->cut));
+  SS_TRY(detect(ctx, e, &e->every, e->buf_n, R, &e->full)); /* last: e->work holds its first rows */
   int64_t P = 0;
   while (P < e->full.n && P < e->cut.n && same_spike(&e->full, P, &e->cut, P)) P++;
-  if (P == e->full.n) {
-    *x = R;
-    ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
-    return SS_OK;
-  }
-  if (P == 0) return ss_live_lap(&e->laps, SS_LIVE_PH_FIND), SS_OK;
-  /* the first row of component P: the largest X with at most P components first-noded before it.
-   * It lies in [own_from, time_P]; components are short, so gallop down from time_P, then bisect. */
-  int64_t hi = e->full.time_samples[P] + 1, lo = e->own_from, step = 1;
-  if (hi > R) hi = R;
-  while (hi - step > lo) {
-    SS_TRY(detect(ctx, e, &e->every, e->buf_n, hi - step, &e->probe));
-    if (e->probe.n <= P) {
-      lo = hi - step;
-      break;
-    }
-    hi -= step;
-    step *= 2;
-  }
-  while (hi - lo > 1) {
-    int64_t mid = lo + (hi - lo) / 2;
-    SS_TRY(detect(ctx, e, &e->every, e->buf_n, mid, &e->probe));
-    if (e->probe.n <= P) lo = mid;
-    else hi = mid;
-  }
-  *x = lo;
+  if (P == e->full.n) *x = R;
+  else if (P > 0) *x = e->buf0 + e->work.first_row[P];
   ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
   return SS_OK;
 }

@@ -19,7 +19,7 @@
  *    without a strong node yet counts too), the components first-noded before X are final when
  *    none has a node in the last Q = max(join_size, n_after + 2) rows (both detections report them
  *    identically; they form a prefix of the first-node order); X is the first row of the first one
- *    that is not (a galloping search and bisection over the own region's end). On the GPU one detection
+ *    that is not (the full search reports each component's first row: ss_detect_work.first_row). On the GPU one detection
  *    answers both questions: each spike's last node row (complete: before R − join_size) and that
  *    first row directly (src/live_cuda.h), with the same results.
  *  - Work is skipped while no sample above the strong threshold arrived and no spike is pending.

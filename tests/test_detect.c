@@ -118,6 +118,10 @@ static void join_size(void **state) {
   assert_int_equal(run(f), 3);
   f->cfg.join_size = 2;
   assert_int_equal(run(f), 2);
+  /* each reported component's first row, in report order (the live engine's finality search) */
+  assert_int_equal(f->w.n_reported, 2);
+  assert_int_equal(f->w.first_row[0], 10);
+  assert_int_equal(f->w.first_row[1], 50);
   f->cfg.join_size = 0;
   assert_int_equal(run(f), 4);
   teardown(f);
@@ -133,12 +137,14 @@ static void straddling_component_once(void **state) {
   for (int t = 48; t <= 53; t++) put(f, t, 1, -3);
   put(f, 51, 2, -9);
   assert_int_equal(run(f), 1);
+  assert_int_equal(f->w.first_row[0], 48); /* the first node, not the spike time */
   int64_t t_whole = f->out.time_samples[0];
   float frac = f->out.time_fraction[0];
   assert_int_equal(run_rows(f, 0, 50), 1);
   assert_int_equal(f->out.time_samples[0], t_whole);
   assert_true(f->out.time_fraction[0] == frac);
   assert_int_equal(run_rows(f, 50, ROWS), 0);
+  assert_int_equal(f->w.n_reported, 0);
   /* starting exactly at the boundary it belongs to the second region */
   memset(f->x, 0, sizeof(f->x));
   put(f, 50, 1, -9);
