@@ -139,7 +139,9 @@ void ss_detect_work_free(ss_detect_work *w) {
   free(w->start);
   free(w->ring);
   free(w->peak);
-  free(w->first_row);
+  free(w->comp_first);
+  free(w->comp_last);
+  free(w->last_row);
   memset(w, 0, sizeof(*w));
 }
 
@@ -155,7 +157,9 @@ static ss_status work_reserve(ss_ctx *ctx, ss_detect_work *w, int64_t need) {
   SS_TRY(grow(ctx, (void **)&w->parent, n, sizeof(int32_t), "detection nodes"));
   SS_TRY(grow(ctx, (void **)&w->order, n, sizeof(int32_t), "detection nodes"));
   SS_TRY(grow(ctx, (void **)&w->start, n + 1, sizeof(int32_t), "detection nodes"));
-  SS_TRY(grow(ctx, (void **)&w->first_row, n, sizeof(int32_t), "detection nodes")); /* components <= nodes */
+  SS_TRY(grow(ctx, (void **)&w->comp_first, n, sizeof(int32_t), "detection nodes")); /* components <= nodes */
+  SS_TRY(grow(ctx, (void **)&w->comp_last, n, sizeof(int32_t), "detection nodes"));
+  SS_TRY(grow(ctx, (void **)&w->last_row, n, sizeof(int32_t), "detection nodes"));
   w->cap = cap;
   return SS_OK;
 }
@@ -305,7 +309,7 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
   const int C = g->n_channels;
   SS_TRY(ss_detect_block_check(ctx, cfg, g, th, blk, out));
   int32_t n = 0;
-  w->n_reported = 0;
+  w->n_owned = w->n_reported = 0;
   SS_TRY(flood(ctx, cfg, g, th, blk, w, &n));
   if (n == 0) return SS_OK;
   /* group the nodes by root (counting sort; roots ascend, so components come in first-node order) */
@@ -318,15 +322,21 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
   for (int c = 0; c < C; c++) w->peak[c] = -INFINITY;
   int32_t lo = 0;
   while (lo < n) {
-    int32_t root = w->order[lo], hi = count[root];
-    int strong = 0, touches_end = 0;
-    for (int32_t k = lo; k < hi && !strong; k++) strong = w->value[w->order[k]] > th->strong[w->chan[w->order[k]]];
-    int64_t first = w->row[root];
-    if (strong && first >= blk->own_begin && first < blk->own_end) {
-      for (int32_t k = lo; k < hi; k++) touches_end |= w->row[w->order[k]] == blk->search_end - 1;
-      out->n_truncated += touches_end && blk->search_end < blk->n_rows;
-      SS_TRY(emit_spike(ctx, cfg, th, blk, w, lo, hi, out));
-      w->first_row[w->n_reported++] = (int32_t)first;
+    int32_t root = w->order[lo], hi = count[root], first = w->row[root];
+    if (first >= blk->own_begin && first < blk->own_end) {
+      int strong = 0;
+      int32_t last = first;
+      for (int32_t k = lo; k < hi; k++) {
+        strong |= w->value[w->order[k]] > th->strong[w->chan[w->order[k]]];
+        if (w->row[w->order[k]] > last) last = w->row[w->order[k]];
+      }
+      w->comp_first[w->n_owned] = first;
+      w->comp_last[w->n_owned++] = last;
+      if (strong) {
+        out->n_truncated += last == blk->search_end - 1 && blk->search_end < blk->n_rows;
+        SS_TRY(emit_spike(ctx, cfg, th, blk, w, lo, hi, out));
+        w->last_row[w->n_reported++] = last;
+      }
     }
     lo = hi;
   }

@@ -91,8 +91,11 @@ typedef struct {
   int32_t *ring;
   float *peak;  /* [n_channels] */
   int ring_cap;
-  int32_t *first_row;  /* the block row of the first node of each component the last CPU run reported */
-  int64_t n_reported;  /* (in order: first_row[i] belongs to the i-th spike it appended) */
+  /* What the last CPU run saw of its owned rows (the live engine's completeness and finality rules):
+   * every component first-noded there, with or without a strong node, in first-node order, by its first
+   * and last node rows (block rows); and for the i-th spike it appended, its component's last node row. */
+  int32_t *comp_first, *comp_last, *last_row;
+  int64_t n_owned, n_reported;
 } ss_detect_work;
 void ss_detect_work_free(ss_detect_work *w);
 

@@ -54,7 +54,6 @@ struct ss_live_engine {
   ss_live_opts o;
   int C, F;                /* channels, feature dims (C · n_pcs) */
   ss_detect_config cfg;
-  ss_thresholds every;     /* strong = weak: every component counts (finality runs) */
   int64_t Q;               /* own_from passes components with no node in the last Q rows */
   int64_t lead;            /* rows kept before own_from */
   ss_filter_state fst;
@@ -71,14 +70,13 @@ struct ss_live_engine {
   arrival *arr;            /* pushes whose samples may still be needed, oldest first */
   int64_t arr_n, arr_cap;
   ss_detect_work work;
-  ss_spike_list full, cut; /* every-component detections (moving own_from) */
-  ss_spike_list spikes, rcut;     /* spike detections over all rows / the rows before R − join_size */
+  ss_spike_list spikes;           /* CPU: the last detection's spikes (over all rows) */
   ss_spike_list view;             /* CUDA: the last detection's tables (pinned host memory, no masks) */
   const ss_spike_list *found;     /* the spikes of the last report: &spikes, or &view */
   uint8_t *complete;              /* per found spike: no later node can join its component */
   int64_t complete_cap;
   const int32_t *found_label;     /* CUDA: every found spike's unit */
-  int64_t final_x;                /* CUDA: the end of the final rows, from the last detection */
+  int64_t final_x;                /* the end of the final rows, from the last detection */
   int64_t *sel;            /* the found spikes to report */
   float *wsel;             /* their waveforms */
   int64_t sel_cap, wsel_cap;
@@ -92,7 +90,7 @@ struct ss_live_engine {
   int fresh; /* no row of the current stream yet */
   ss_live_push_trace trace; /* the last push (opts.trace) */
   ss_live_laps laps;        /* its phase clock, shared with the CUDA stages */
-  ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel, spikes, rcut and the every-component lists unused */
+  ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel and spikes unused */
 };
 
 void ss_live_opts_defaults(ss_live_opts *o) {
@@ -127,20 +125,6 @@ static ss_status check_model(ss_ctx *ctx, const ss_live_model *m, const ss_live_
   return SS_OK;
 }
 
-static ss_status every_component_thresholds(ss_ctx *ctx, const ss_thresholds *th, ss_thresholds *out) {
-  memset(out, 0, sizeof(*out));
-  out->n_channels = th->n_channels;
-  out->polarity = th->polarity;
-  size_t C = (size_t)th->n_channels;
-  if (SS_ALLOC(ctx, out->sigma, C, "live thresholds") != SS_OK || SS_ALLOC(ctx, out->weak, C, "live thresholds") != SS_OK ||
-      SS_ALLOC(ctx, out->strong, C, "live thresholds") != SS_OK)
-    return SS_ERR_NOMEM;
-  memcpy(out->sigma, th->sigma, C * sizeof(float));
-  memcpy(out->weak, th->weak, C * sizeof(float));
-  memcpy(out->strong, th->weak, C * sizeof(float));
-  return SS_OK;
-}
-
 ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_model *m, const ss_live_opts *o,
                               ss_live_engine **out) {
   *out = NULL;
@@ -156,11 +140,7 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
   int64_t ready = m->n_after + SS_LIVE_INTERP_SUPPORT;
   e->Q = m->join_size > ready ? m->join_size : ready;
   e->lead = llround(SS_LIVE_LEAD_MS * m->rate_hz / 1000.0) + m->n_before + SS_LIVE_INTERP_SUPPORT + m->join_size;
-  ss_status st = every_component_thresholds(ctx, &m->thresholds, &e->every);
-  if (st == SS_OK) st = ss_filter_state_init(ctx, &m->filter, e->C, &e->fst);
-  ss_spike_list_init(ctx, &e->full, e->C, m->n_wave, 0);
-  ss_spike_list_init(ctx, &e->cut, e->C, m->n_wave, 0);
-  ss_spike_list_init(ctx, &e->rcut, e->C, m->n_wave, 0);
+  ss_status st = ss_filter_state_init(ctx, &m->filter, e->C, &e->fst);
   const int on_gpu = be->kind == SS_DEVICE_CUDA;
   ss_spike_list_init(ctx, &e->spikes, e->C, m->n_wave, !on_gpu);
   if (st == SS_OK && o->assign == SS_LIVE_KNN) {
@@ -189,15 +169,11 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
 
 void ss_live_engine_close(ss_live_engine *e) {
   if (!e) return;
-  ss_thresholds_free(&e->every);
   ss_filter_state_free(&e->fst);
   free(e->scaled);
   free(e->buf);
   free(e->arr);
   ss_detect_work_free(&e->work);
-  ss_spike_list_free(&e->full);
-  ss_spike_list_free(&e->cut);
-  ss_spike_list_free(&e->rcut);
   free(e->sel);
   free(e->wsel);
   free(e->done);
@@ -338,49 +314,16 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
   return SS_OK;
 }
 
-/* The buffer's rows as a detection block: rows [0, search_end) searched, the components first-noded
- * in [own_from, own_end) (absolute samples) reported. */
-static ss_detect_block buffer_block(const ss_live_engine *e, int64_t search_end, int64_t own_end) {
+/* The buffer's rows as a detection block: every row searched, the components first-noded in
+ * [own_from, R) reported. */
+static ss_detect_block buffer_block(const ss_live_engine *e) {
   return (ss_detect_block){.x = e->buf,
                            .n_rows = e->buf_n,
                            .row0_sample = e->buf0,
                            .search_begin = 0,
-                           .search_end = search_end,
+                           .search_end = e->buf_n,
                            .own_begin = e->own_from - e->buf0,
-                           .own_end = own_end - e->buf0};
-}
-
-/* CPU detection over the host buffer with the model's thresholds or every component's (th). */
-static ss_status detect(ss_ctx *ctx, ss_live_engine *e, const ss_thresholds *th, int64_t search_end, int64_t own_end,
-                        ss_spike_list *out) {
-  ss_spike_list_clear(out);
-  ss_detect_block blk = buffer_block(e, search_end, own_end);
-  e->stats.detections++;
-  return ss_detect_block_run(ctx, e->be, &e->cfg, &e->m->graph, th, &blk, &e->work, out);
-}
-
-static int same_spike(const ss_spike_list *a, int64_t i, const ss_spike_list *b, int64_t j) {
-  return a->time_samples[i] == b->time_samples[j] && a->time_fraction[i] == b->time_fraction[j] &&
-         a->peak_channel[i] == b->peak_channel[j] && a->amplitude[i] == b->amplitude[j];
-}
-
-/* The end X of the rows whose components are all final: every component first-noded in
- * [own_from, X) is reported identically by a search over all rows and one that stops Q rows
- * before the end (live.h). Components come in first-node order, so the final ones form a prefix
- * P of the full list, and X is the first row of component P: the largest X with at most P
- * components first-noded before it (the detection's own first_row, no further search). */
-static ss_status final_end(ss_ctx *ctx, ss_live_engine *e, int64_t *x) {
-  const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->Q;
-  *x = e->own_from;
-  if (cut_end <= e->own_from - e->buf0) return SS_OK; /* no row of the own region can be final yet */
-  SS_TRY(detect(ctx, e, &e->every, cut_end, R, &e->cut));
-  SS_TRY(detect(ctx, e, &e->every, e->buf_n, R, &e->full)); /* last: e->work holds its first rows */
-  int64_t P = 0;
-  while (P < e->full.n && P < e->cut.n && same_spike(&e->full, P, &e->cut, P)) P++;
-  if (P == e->full.n) *x = R;
-  else if (P > 0) *x = e->buf0 + e->work.first_row[P];
-  ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
-  return SS_OK;
+                           .own_end = e->buf_n};
 }
 
 /* 1 when a sample above the strong threshold lies in the rows not scanned yet (they are now). */
@@ -526,35 +469,36 @@ static int64_t last_row_needed(const ss_live_engine *e, const ss_spike_list *l, 
   return l->time_samples[i] + e->m->n_after + (l->time_fraction[i] < 0 ? 0 : 1);
 }
 
-/* The spikes first-noded in [own_from, R) (e->found) and which of them are complete (e->complete):
- * reported identically by the detection over all rows and by the one stopping join_size rows before
- * the end (no later node can join them; both lists are in first-node order, complete components in
- * the same relative order). At the end of the stream (final_only = 0) every component is complete. */
+/* The spikes first-noded in [own_from, R) (e->found), which of them are complete (e->complete) and the
+ * end of the final rows (e->final_x), from one detection — the device's rules (find_gpu): a component
+ * is the same in a search over all rows and in one that stops s rows before the end exactly when all
+ * its nodes lie before that cut (its nodes and their links are all there). So a spike is complete when
+ * its last node lies before R − join_size, and the components first-noded before X are final when
+ * none has a node in the last Q rows: X = the first row of the first owned component (strong or not)
+ * with a node there, R when there is none. At the end of the stream (final_only = 0) every component
+ * is complete. */
 static ss_status find_cpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
-  const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->m->join_size;
-  SS_TRY(detect(ctx, e, &e->m->thresholds, e->buf_n, R, &e->spikes));
-  ss_spike_list_clear(&e->rcut);
-  if (final_only && cut_end > e->own_from - e->buf0) SS_TRY(detect(ctx, e, &e->m->thresholds, cut_end, R, &e->rcut));
+  const int64_t R = e->buf0 + e->buf_n, cut_end = e->buf_n - e->m->join_size, open_row = e->buf_n - e->Q;
+  ss_spike_list_clear(&e->spikes);
+  ss_detect_block blk = buffer_block(e);
+  e->stats.detections++;
+  SS_TRY(ss_detect_block_run(ctx, e->be, &e->cfg, &e->m->graph, &e->m->thresholds, &blk, &e->work, &e->spikes));
   e->found = &e->spikes;
+  const ss_detect_work *w = &e->work;
   SS_TRY(grow(ctx, (void **)&e->complete, &e->complete_cap, e->spikes.n, SS_LIVE_MIN_ROWS, 1, "live completeness"));
-  for (int64_t i = 0, j = 0; i < e->spikes.n; i++) {
-    int64_t k = j;
-    while (final_only && k < e->rcut.n && !same_spike(&e->spikes, i, &e->rcut, k)) k++;
-    e->complete[i] = !final_only || k < e->rcut.n;
-    if (e->complete[i] && final_only) j = k + 1;
-  }
+  for (int64_t i = 0; i < e->spikes.n; i++) e->complete[i] = !final_only || w->last_row[i] < cut_end;
+  int64_t c = 0;
+  while (c < w->n_owned && w->comp_last[c] < open_row) c++;
+  e->final_x = c < w->n_owned ? e->buf0 + w->comp_first[c] : R;
   ss_live_lap(&e->laps, SS_LIVE_PH_FIND);
   return SS_OK;
 }
 
 #if SS_HAVE_CUDA
-/* The same from the device's one detection: a spike is complete when its last node lies before
- * R − join_size — what the CPU's two detections establish, since a component with every node
- * before the cut is the same in both (its nodes and their links are all there). The detection also
- * gives the end of the final rows (e->final_x, see final_end) and every spike's label. */
+/* The same from the device's one detection (the rules of find_cpu), which also gives every spike's
+ * label. */
 static ss_status find_gpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
-  const int64_t R = e->buf0 + e->buf_n;
-  ss_detect_block blk = buffer_block(e, e->buf_n, R);
+  ss_detect_block blk = buffer_block(e);
   ss_live_found f;
   e->stats.detections++;
   SS_TRY(ss_live_cuda_detect(ctx, e->gpu, &blk, e->buf_n - e->Q, e->o.assign == SS_LIVE_KNN ? &e->knn_opts : NULL,
@@ -615,9 +559,7 @@ static ss_status push_rows(ss_ctx *ctx, ss_live_engine *e, const int16_t *rows, 
   if (!must && !fresh_strong) return SS_OK;
   SS_TRY(emit_final(ctx, e, 1, emit, user));
   ss_live_lap(&e->laps, SS_LIVE_PH_EMIT);
-  int64_t x = e->final_x;
-  if (!e->gpu) SS_TRY(final_end(ctx, e, &x));
-  e->own_from = x;
+  e->own_from = e->final_x;
   prune_done(e);
   return SS_OK;
 }

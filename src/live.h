@@ -10,18 +10,17 @@
  * Exactly once, as soon as final (docs/live.md). detect.c's rules are untouched; the engine picks
  * the regions each call searches and owns. own_from: every component first-noded before it has
  * been handled.
- *  - Reporting: the spikes first-noded in [own_from, R) are detected over all rows and over the rows
- *    up to R − join_size; a spike reported identically by both is complete (no later node can join
- *    it); it is reported when, in addition, the rows its waveform reads (time + n_after − 1 plus the
+ *  - Reporting: one detection over all rows finds the spikes first-noded in [own_from, R); a spike
+ *    whose last node lies before R − join_size is complete (a component is the same in a search that
+ *    stops there exactly when all its nodes lie before it, so no later node can join it); it is
+ *    reported when, in addition, the rows its waveform reads (time + n_after − 1 plus the
  *    cubic interpolation's support) have arrived. Spikes reported while own_from lies before them
  *    are remembered (time, channel, amplitude) so that no spike is reported twice.
- *  - Moving own_from: with every component counted (strong threshold = weak, so that a component
- *    without a strong node yet counts too), the components first-noded before X are final when
- *    none has a node in the last Q = max(join_size, n_after + 2) rows (both detections report them
- *    identically; they form a prefix of the first-node order); X is the first row of the first one
- *    that is not (the full search reports each component's first row: ss_detect_work.first_row). On the GPU one detection
- *    answers both questions: each spike's last node row (complete: before R − join_size) and that
- *    first row directly (src/live_cuda.h), with the same results.
+ *  - Moving own_from: every component counts (with or without a strong node yet); the components
+ *    with no node in the last Q = max(join_size, n_after + 2) rows are final (a prefix of the
+ *    first-node order), and own_from moves to the first row of the first owned component with a node
+ *    there (R when there is none). One detection per push answers both rules, on the CPU
+ *    (ss_detect_work's component rows) and on the GPU (src/live_cuda.h), with the same results.
  *  - Work is skipped while no sample above the strong threshold arrived and no spike is pending.
  * Nothing is lost: a component still growing only holds own_from back. The buffer keeps a lead-in of
  * SS_LIVE_LEAD_MS plus the waveform window before own_from (a longer component starting before it

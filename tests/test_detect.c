@@ -101,6 +101,9 @@ static void weak_only_is_no_spike(void **state) {
   for (int t = 30; t < 40; t++)
     for (int c = 0; c < C; c++) put(f, t, c, -4.4f);
   assert_int_equal(run(f), 0);
+  assert_int_equal(f->w.n_owned, 1); /* a component without a strong node still counts for finality */
+  assert_int_equal(f->w.comp_first[0], 30);
+  assert_int_equal(f->w.comp_last[0], 39);
   put(f, 35, 3, -4.6f);
   assert_int_equal(run(f), 1);
   teardown(f);
@@ -118,10 +121,14 @@ static void join_size(void **state) {
   assert_int_equal(run(f), 3);
   f->cfg.join_size = 2;
   assert_int_equal(run(f), 2);
-  /* each reported component's first row, in report order (the live engine's finality search) */
+  /* the owned components' first and last node rows, and each spike's last (the live engine's rules) */
+  assert_int_equal(f->w.n_owned, 2);
+  assert_int_equal(f->w.comp_first[0], 10);
+  assert_int_equal(f->w.comp_last[0], 12);
+  assert_int_equal(f->w.comp_first[1], 50);
+  assert_int_equal(f->w.comp_last[1], 51);
   assert_int_equal(f->w.n_reported, 2);
-  assert_int_equal(f->w.first_row[0], 10);
-  assert_int_equal(f->w.first_row[1], 50);
+  assert_int_equal(f->w.last_row[1], 51);
   f->cfg.join_size = 0;
   assert_int_equal(run(f), 4);
   teardown(f);
@@ -137,7 +144,9 @@ static void straddling_component_once(void **state) {
   for (int t = 48; t <= 53; t++) put(f, t, 1, -3);
   put(f, 51, 2, -9);
   assert_int_equal(run(f), 1);
-  assert_int_equal(f->w.first_row[0], 48); /* the first node, not the spike time */
+  assert_int_equal(f->w.comp_first[0], 48); /* the first node, not the spike time */
+  assert_int_equal(f->w.comp_last[0], 53);
+  assert_int_equal(f->w.last_row[0], 53);
   int64_t t_whole = f->out.time_samples[0];
   float frac = f->out.time_fraction[0];
   assert_int_equal(run_rows(f, 0, 50), 1);
