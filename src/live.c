@@ -36,8 +36,6 @@
 #define SS_LIVE_DEFAULT_K 5
 /* Without a spike in sight, the unreported rows are still cut down once they exceed this (ms). */
 #define SS_LIVE_MAX_PENDING_MS 20.0
-/* Units whose centroid distances are summed side by side (independent chains; nearest_centroid). */
-#define SS_LIVE_CENTROID_BATCH 8
 
 typedef struct {
   int64_t end;  /* first sample after the push */
@@ -373,30 +371,23 @@ static void prune_done(ss_live_engine *e) {
 
 static float sq(float v) { return v * v; }
 
-/* Nearest unit centroid: plain Euclidean, or over the channels with mask > 0 on either side. Each
- * distance is the sum, in double and in (channel, pc) order, of float squares (cuda/live.cu's k_nearest
- * does the same, so the labels are bit-identical); SS_LIVE_CENTROID_BATCH units are summed side by side
- * so that their independent chains overlap (one serial chain of K·C·P dependent additions made the
- * label phase ~50 ms a push at 384 channels); the first smallest distance wins, as in a serial scan. */
+/* Nearest unit centroid: plain Euclidean, or over the channels with mask > 0 on either side. */
 static int32_t nearest_centroid(const ss_live_engine *e, const float *f, const float *mask) {
   const ss_live_model *m = e->m;
   const int P = m->n_pcs;
   double best = INFINITY;
   int64_t arg = 0;
-  for (int64_t u0 = 0; u0 < m->k; u0 += SS_LIVE_CENTROID_BATCH) {
-    const int nb = m->k - u0 < SS_LIVE_CENTROID_BATCH ? (int)(m->k - u0) : SS_LIVE_CENTROID_BATCH;
-    double d[SS_LIVE_CENTROID_BATCH] = {0};
-    for (int c = 0; c < e->C; c++)
-      for (int b = 0; b < nb; b++) {
-        const float *mu = m->centroid + (u0 + b) * e->F + c * P;
-        if (e->o.masked_distance && !(mask[c] > 0) && !(m->mean_mask[(u0 + b) * e->C + c] > 0)) continue;
-        for (int p = 0; p < P; p++) d[b] += sq(f[c * P + p] - mu[p]);
-      }
-    for (int b = 0; b < nb; b++)
-      if (d[b] < best) {
-        best = d[b];
-        arg = u0 + b;
-      }
+  for (int64_t u = 0; u < m->k; u++) {
+    const float *mu = m->centroid + u * e->F, *mm = m->mean_mask + u * e->C;
+    double d = 0;
+    for (int c = 0; c < e->C; c++) {
+      if (e->o.masked_distance && !(mask[c] > 0) && !(mm[c] > 0)) continue;
+      for (int p = 0; p < P; p++) d += sq(f[c * P + p] - mu[c * P + p]);
+    }
+    if (d < best) {
+      best = d;
+      arg = u;
+    }
   }
   return m->unit_id[arg];
 }
