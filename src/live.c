@@ -84,6 +84,8 @@ struct ss_live_engine {
   int32_t *labels;
   int64_t *order;
   int64_t feat_cap, labels_cap, order_cap;
+  double *best;            /* CPU centroid assignment: each selected spike's smallest distance so far */
+  int64_t best_cap;
   ss_knn_index *knn;
   ss_knn_opts knn_opts;
   ss_live_stats stats;
@@ -181,6 +183,7 @@ void ss_live_engine_close(ss_live_engine *e) {
   ss_spike_list_free(&e->spikes);
   free(e->features);
   free(e->labels);
+  free(e->best);
   free(e->order);
 #if SS_HAVE_CUDA
   ss_live_cuda_close(e->gpu);
@@ -371,34 +374,37 @@ static void prune_done(ss_live_engine *e) {
 
 static float sq(float v) { return v * v; }
 
-/* Nearest unit centroid: plain Euclidean, or over the channels with mask > 0 on either side. */
-static int32_t nearest_centroid(const ss_live_engine *e, const float *f, const float *mask) {
+/* The squared distance of features f (masks `mask`) to centroid row u: plain Euclidean, or over the
+ * channels with mask > 0 on either side; float squares summed in double in (channel, pc) order
+ * (cuda/live.cu's k_nearest sums the same way, so both backends give the same labels). */
+static double centroid_distance(const ss_live_engine *e, int64_t u, const float *f, const float *mask) {
   const ss_live_model *m = e->m;
   const int P = m->n_pcs;
-  double best = INFINITY;
-  int64_t arg = 0;
-  for (int64_t u = 0; u < m->k; u++) {
-    const float *mu = m->centroid + u * e->F, *mm = m->mean_mask + u * e->C;
-    double d = 0;
-    for (int c = 0; c < e->C; c++) {
-      if (e->o.masked_distance && !(mask[c] > 0) && !(mm[c] > 0)) continue;
-      for (int p = 0; p < P; p++) d += sq(f[c * P + p] - mu[c * P + p]);
-    }
-    if (d < best) {
-      best = d;
-      arg = u;
-    }
+  const float *mu = m->centroid + u * e->F, *mm = m->mean_mask + u * e->C;
+  double d = 0;
+  for (int c = 0; c < e->C; c++) {
+    if (e->o.masked_distance && !(mask[c] > 0) && !(mm[c] > 0)) continue;
+    for (int p = 0; p < P; p++) d += sq(f[c * P + p] - mu[c * P + p]);
   }
-  return m->unit_id[arg];
+  return d;
 }
 
-/* Labels of the n selected spikes (e->sel) from their features (e->features, in selection order). */
+/* Labels of the n selected spikes (e->sel) from their features (e->features, in selection order):
+ * the KNN vote, or each spike's nearest centroid row (the first smallest distance, rows in order).
+ * Rows outer, spikes inner: each centroid row is read once per push, not once per spike (at 384
+ * channels the rows are megabytes, and reading them per spike made the label phase ~50 ms a push). */
 static ss_status assign(ss_ctx *ctx, ss_live_engine *e, int64_t n) {
   if (e->o.assign == SS_LIVE_KNN)
     return ss_knn_classify(ctx, e->knn, e->m->ref_labels, &e->knn_opts, e->features, n, 0, e->labels, NULL, NULL,
                            NULL);
-  for (int64_t k = 0; k < n; k++)
-    e->labels[k] = nearest_centroid(e, e->features + k * e->F, e->spikes.masks + e->sel[k] * e->C);
+  SS_TRY(grow(ctx, (void **)&e->best, &e->best_cap, n, SS_LIVE_MIN_ROWS, sizeof(double), "live distances"));
+  for (int64_t k = 0; k < n; k++) e->best[k] = INFINITY, e->labels[k] = 0;
+  for (int64_t u = 0; u < e->m->k; u++)
+    for (int64_t k = 0; k < n; k++) {
+      double d = centroid_distance(e, u, e->features + k * e->F, e->spikes.masks + e->sel[k] * e->C);
+      if (d < e->best[k]) e->best[k] = d, e->labels[k] = (int32_t)u;
+    }
+  for (int64_t k = 0; k < n; k++) e->labels[k] = e->m->unit_id[e->labels[k]];
   return SS_OK;
 }
 
