@@ -924,9 +924,11 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
   cJSON_AddNumberToObject(c, "graph_pushes", (double)p->stats.graph_pushes);
   cJSON_AddNumberToObject(c, "detections_per_push", per_push(p->stats.detections, &p->stats));
   cJSON_AddNumberToObject(c, "device_waits_per_push", per_push(p->stats.device_waits, &p->stats));
-  if (!a->replicas) cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
   char busy[32] = "not traced";
-  if (!a->replicas) snprintf(busy, sizeof(busy), "%.1f%%", 100.0 * p->busy_s / p->wall_s);
+  if (!a->replicas) {
+    cJSON_AddNumberToObject(c, "busy_fraction", p->busy_s / p->wall_s);
+    snprintf(busy, sizeof(busy), "%.1f%%", 100.0 * p->busy_s / p->wall_s);
+  }
   cJSON_AddNumberToObject(c, "unpaced_s", u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_x_realtime", seconds / u->wall_s);
   cJSON_AddNumberToObject(c, "unpaced_spikes", (double)u->stats.spikes);

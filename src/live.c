@@ -398,7 +398,7 @@ static ss_status assign(ss_ctx *ctx, ss_live_engine *e, int64_t n) {
     return ss_knn_classify(ctx, e->knn, e->m->ref_labels, &e->knn_opts, e->features, n, 0, e->labels, NULL, NULL,
                            NULL);
   SS_TRY(grow(ctx, (void **)&e->best, &e->best_cap, n, SS_LIVE_MIN_ROWS, sizeof(double), "live distances"));
-  for (int64_t k = 0; k < n; k++) e->best[k] = INFINITY, e->labels[k] = 0;
+  for (int64_t k = 0; k < n; k++) e->best[k] = INFINITY, e->labels[k] = 0; /* the best row, then its unit */
   for (int64_t u = 0; u < e->m->k; u++)
     for (int64_t k = 0; k < n; k++) {
       double d = centroid_distance(e, u, e->features + k * e->F, e->spikes.masks + e->sel[k] * e->C);
