@@ -34,8 +34,16 @@ const char *ss_cublas_status_name(cublasStatus_t st);
                      cudaGetErrorString(ss_e_), __FILE__, __LINE__);                            \
   } while (0)
 
-/* After a kernel launch: launch-configuration errors now, execution errors at the next sync. */
-#define SS_CUDA_TRY_LAUNCH(ctx, what) SS_CUDA_TRY((ctx), (cudaGetLastError(), cudaPeekAtLastError()))
+/* After a kernel launch: launch-configuration errors now, execution errors at the next sync.
+ * cudaGetLastError returns the launch's error and clears it (until session 6 the macro discarded it and
+ * returned cudaPeekAtLastError() after the clear, so a failed launch went unreported). */
+#define SS_CUDA_TRY_LAUNCH(ctx, what)                                                           \
+  do {                                                                                          \
+    cudaError_t ss_e_ = cudaGetLastError();                                                     \
+    if (ss_e_ != cudaSuccess)                                                                   \
+      return ss_fail((ctx), SS_ERR_DEVICE, "CUDA: launch of %s: %s (%s:%d)", (what),            \
+                     cudaGetErrorString(ss_e_), __FILE__, __LINE__);                            \
+  } while (0)
 
 #define SS_CUBLAS_TRY(ctx, call)                                                                \
   do {                                                                                          \

@@ -97,6 +97,7 @@ struct knn_dev {
   cudaEvent_t start = nullptr, done = nullptr; /* join the selection stream to the caller's stream */
   int sm_count = 0;
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau, ftau;
+  ws_buf fvals; /* k_fused_small: m × npad rows */
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
   graph_cache graph, gemm_graph, fgraph; /* one-tile search; the benchmark's graph GEMM; fused */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
@@ -366,25 +367,48 @@ static_assert(SS_KNN_FUSED_MAX_CANDIDATES <= kSeedPerLane * kWarp, "a seed ranks
  * long chunks a full extra pass would double the selection's memory traffic (the chunks of a grid search
  * do not stay in L2), while the prefix is still in cache when the second pass reads it again. */
 constexpr int kSeedPrefix = 1024;
-/* m0 <= m1: a lane's two smallest values so far */
+/* m[0] <= ... <= m[S-1]: a lane's S smallest values so far (an insertion network) */
+template <int S>
+__device__ __forceinline__ void seed_insert(float (&m)[S], float v) {
+#pragma unroll
+  for (int s = 0; s < S; s++) {
+    float lo = fminf(m[s], v);
+    v = fmaxf(m[s], v);
+    m[s] = lo;
+  }
+}
+
 __device__ __forceinline__ void seed_push(float &m0, float &m1, float v) {
-  float hi = fmaxf(m0, v);
-  m0 = fminf(m0, v);
-  m1 = fminf(m1, hi);
+  float m[2] = {m0, m1};
+  seed_insert<2>(m, v);
+  m0 = m[0], m1 = m[1];
+}
+
+/* x from every lane's S smallest (m ascending): the K-th smallest of the warp's S × 32 values by rank counts
+ * (+inf when fewer than K are finite). */
+template <int S>
+__device__ float seed_kth(const float (&m)[S], int K) {
+  int c[S] = {}; /* how many of the S × 32 values are <= m[t] */
+  for (int src = 0; src < kWarp; src++) {
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+      float b = __shfl_sync(kFull, m[s], src);
+#pragma unroll
+      for (int t = 0; t < S; t++) c[t] += b <= m[t];
+    }
+  }
+  float x = INFINITY; /* K-th = smallest with >= K below */
+#pragma unroll
+  for (int t = 0; t < S; t++) x = fminf(x, c[t] >= K ? m[t] : INFINITY);
+  for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
+  return x;
 }
 
 /* x from every lane's two smallest (m0 <= m1): the K'-th smallest of the warp's 64 values (+inf when
  * fewer than K' are finite). The same for the warp queue and the fused kernel. */
 __device__ float seed_from_pairs(float m0, float m1, int Kc) {
-  int c0 = 0, c1 = 0; /* how many of the 64 values are <= m0, <= m1 */
-  for (int src = 0; src < kWarp; src++) {
-    float b0 = __shfl_sync(kFull, m0, src), b1 = __shfl_sync(kFull, m1, src);
-    c0 += (b0 <= m0) + (b1 <= m0);
-    c1 += (b0 <= m1) + (b1 <= m1);
-  }
-  float x = fminf(c0 >= Kc ? m0 : INFINITY, c1 >= Kc ? m1 : INFINITY); /* K'-th = smallest with >= K' below */
-  for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
-  return x;
+  const float m[2] = {m0, m1};
+  return seed_kth<2>(m, Kc);
 }
 
 __device__ float warp_seed(const float *row, const float *rn, float qn, int len, int Kc, int lane) {
@@ -981,31 +1005,30 @@ __device__ double finish_query_norm(const finish_args &a, int64_t qq, int lane) 
   return qn;
 }
 
-/* The exact distances of groups g0, g0 + gstep, ... of query qq's candidates (warp_exact_group; li: the
- * merged list's indices, entry e = lane + kWarp h) into the lanes that hold their entries (sd[h]); entries
- * of other groups and beyond K' are left as they are. */
-__device__ void finish_exact_groups(const finish_args &a, int64_t qq, const int (&li)[2], int g0, int gstep,
+/* The exact distances of groups g0, g0 + gstep, ... of query qq's nc candidates (warp_exact_group; li: their
+ * indices, entry e = lane + kWarp h) into the lanes that hold their entries (sd[h]); entries of other groups
+ * and beyond nc are left as they are. */
+__device__ void finish_exact_groups(const finish_args &a, int64_t qq, const int (&li)[2], int nc, int g0, int gstep,
                                     int lane, double (&sd)[2]) {
   const float *qrow = a.q + qq * a.d;
-  for (int g = g0; g * kExGroup < a.Kc; g += gstep) { /* entry g kExGroup + lane mod kExGroup */
-    double e = warp_exact_group(qrow, a.ref, a.d, li, g * kExGroup, a.Kc, lane);
-    if (lane / kExGroup != g % (kWarp / kExGroup) || g * kExGroup + lane % kExGroup >= a.Kc) continue;
+  for (int g = g0; g * kExGroup < nc; g += gstep) { /* entry g kExGroup + lane mod kExGroup */
+    double e = warp_exact_group(qrow, a.ref, a.d, li, g * kExGroup, nc, lane);
+    if (lane / kExGroup != g % (kWarp / kExGroup) || g * kExGroup + lane % kExGroup >= nc) continue;
     if (g * kExGroup < kWarp) sd[0] = e;
     else sd[1] = e;
   }
 }
 
-/* The finish of query qq by its warp, from its merged candidate list (lv, li: entry e = lane + kWarp h,
- * sorted, K' <= kFinList), their exact distances sd (finish_exact_groups; +inf beyond K') and qn =
- * finish_query_norm: the sort, the certificate; a certified query's outputs are written. Returns true when
+/* The finish of query qq by its warp from its candidates (si: indices, entry e = lane + kWarp h; sd: their
+ * exact distances, finish_exact_groups; kNoIndex / +inf beyond the candidates), every reference outside
+ * them having an approximate value >= thr (all: there is none), and qn = finish_query_norm: the sort, the
+ * certificate thr − E > the k-th exact distance; a certified query's outputs are written. Returns true when
  * the query needs the exact scan (finish_block_scans). */
-__device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, const float (&lv)[2],
-                                  const int (&li)[2], double (&sd)[2], int lane) {
-  int si[2] = {lane < a.Kc ? li[0] : kNoIndex, lane + kWarp < a.Kc ? li[1] : kNoIndex};
+__device__ bool finish_warp_cert(const finish_args &a, int64_t qq, double qn, double thr, bool all, double (&sd)[2],
+                                 int (&si)[2], int lane) {
   reg_sort64(sd, si, lane);
-  double approx_last = (double)reg_get(lv, a.Kc - 1);
   double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
-  bool scan = !((int64_t)a.Kc >= a.n || approx_last - bound > reg_get(sd, a.k - 1));
+  bool scan = !(all || thr - bound > reg_get(sd, a.k - 1));
   if (!scan) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -1018,6 +1041,13 @@ __device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, c
   }
   if (a.reset_tau && lane == 0) a.reset_tau[qq] = kInfBits;
   return scan;
+}
+
+/* finish_warp_cert from a merged candidate list (lv, li: sorted, K' <= kFinList): thr = its K'-th value. */
+__device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, const float (&lv)[2],
+                                  const int (&li)[2], double (&sd)[2], int lane) {
+  int si[2] = {lane < a.Kc ? li[0] : kNoIndex, lane + kWarp < a.Kc ? li[1] : kNoIndex};
+  return finish_warp_cert(a, qq, qn, (double)reg_get(lv, a.Kc - 1), (int64_t)a.Kc >= a.n, sd, si, lane);
 }
 
 /* After a block barrier that follows every warp's finish_warp_query: the whole block scans the flagged
@@ -1063,7 +1093,7 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
       reg_merge64(lv, li, cv, ci, lane);
     }
     double sd[2] = {(double)INFINITY, (double)INFINITY};
-    finish_exact_groups(a, qq, li, 0, 1, lane, sd);
+    finish_exact_groups(a, qq, li, a.Kc, 0, 1, lane, sd);
     scan = finish_warp_query(a, qq, qn, lv, li, sd, lane);
   }
   if (lane == 0) need_scan[w] = scan;
@@ -1074,44 +1104,217 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
 
 /* ---- one-tile selection and finish in one kernel (K' <= kRegList, n <= kSfMaxRefs) ----------------
  * The tiled path's one-reference-tile search with K' <= 64, n <= kSfMaxRefs and the warp queue (the grid's
- * 2^10..2^12): the SGEMM's rows go through selection AND finish in one kernel, so that the chunk lists never
- * leave the SM and there is no finish launch. A query gets W warps (W a power of two <= kSfWarps, about
- * `chunk` references each; W = 1 on the grid with the default chunk: more warps per query were slower,
- * because each pays a seed and a queue merge while the SM is already issue-bound).
- * A block of kSfThreads threads holds kSfWarps / W queries. Each warp streams its part of the row in passes
- * of PL kWarp references (PL values per lane, all loads in flight at once; PL = the part's length / kWarp
- * rounded up to kSfMinPerLane, 2 kSfMinPerLane or kSfMaxPerLane: short parts run short loops) through the
- * fused kernel's warp queue (queue_push: sorted 64-entry list + 64 pending entries in shared memory, merged
- * in registers).
- * Threshold: every warp takes the seed x_w of its first pass (seed_from_pairs); after one barrier the
- * query's warps all start from x = min_w x_w, inclusively; a warp publishes its list's K'-th after each
- * merge to the query's word in shared memory (atomicMin), which the query's warps read before every later
- * pass. Then the W sorted lists are merged pairwise in log2 W rounds (reg_merge64, lists in shared memory
- * between rounds); the query's W warps compute the exact distances of its candidate groups in turn
- * (finish_exact_groups, through shared memory), its first warp sorts them and checks the certificate
- * (finish_warp_query), and the block scans its uncertified queries (finish_block_scans).
- * Certificate: A = the merged list's K'-th value, and A <= the K'-th of every warp's list at any time (lists
- * only improve, the merge keeps the smallest). The warp whose seed is x has >= K' values <= x in its first
- * pass; each entered its list or was rejected by a list's K'-th <= it, so A <= x. A rejected value is > x >=
- * A, or >= some list's K'-th >= A; a value dropped by a merge is >= the merged K'-th >= A. */
+ * 2^10..2^12) selects AND finishes in one kernel (k_select_finish), and so does the fused path there
+ * (k_fused_small, which computes the rows itself): no list leaves the SM, no finish launch. A query gets
+ * W warps (W a power of two <= kSfWarps, about `chunk` references each; W = 1 with the default chunk), a
+ * block of kSfThreads threads kSfWarps / W queries.
+ * Lean candidates (lean_select_finish), two passes over each warp's part, PL values per lane at a time:
+ *  1. every lane keeps its two smallest values; the seed x_w = the K'-th smallest of the warp's 64 of them
+ *     (seed_from_pairs: >= K' values of the part are <= x_w); after one barrier every warp of the query
+ *     takes x = min_w x_w;
+ *  2. every value <= x (inclusive) and its index is appended to the query's candidate slots in shared
+ *     memory (a warp prefix count, one atomicAdd per warp and pass). A part of at most PL kWarp references
+ *     keeps its values in registers between the passes.
+ * There is no approximate sort and no queue: all P (>= K') passing references are candidates, and every
+ * other one has an approximate value > x, so x is the certificate's threshold (x − E > the k-th exact
+ * distance), at least as strong as the K'-th value's. On random rows P is about K' + 6 (a seed ranks its
+ * 64 values; simulated over 4,000 rows: mean 42, 99th percentile 52 for K' = 36, at 2^10 to 2^15); more
+ * than kRegList (ties at x, or rows whose nearest references share a lane) sends the query to the block's
+ * exact scan (finish_block_scans), as a failed certificate does. The query's W warps compute the exact
+ * distances of its candidate groups in turn (finish_exact_groups, through shared memory); its first warp
+ * sorts them and checks the certificate (finish_warp_cert). Measured against the former seeded warp queue
+ * (sorted list + pending buffer merges, K' cut by an approximate sort): docs/knn.md. */
 constexpr int kSfThreads = kThreads;       /* finish_block_scans' scan buffer assumes kThreads at most */
 constexpr int kSfWarps = kSfThreads / kWarp;
 constexpr int kSfMinPerLane = 8, kSfMaxPerLane = 32; /* values per lane per pass (registers): PL */
-/* references per warp (ss_knn_opts.warp_chunk overrides; W = next_pow2(n / chunk) <= kSfWarps). Each warp
- * pays a seed and at least one queue merge, so fewer, longer parts win while there are enough warps (device
- * run 1 of brief K5: chunks of 256 or 512 were slower than 1024 everywhere; 8 warps of 1024 at 2^13 slower
- * than the former 2 chunks of 4096) */
+/* references per warp (ss_knn_opts.warp_chunk overrides; W = next_pow2(n / chunk) <= kSfWarps): each warp
+ * pays a seed, so fewer, longer parts win while there are enough warps (device run 1 of brief K5, with the
+ * warp queue: chunks of 256 or 512 were slower than 1024 everywhere) */
 constexpr int64_t kSfChunk = 4096;
 constexpr int64_t kSfMinChunk = 2 * kRegList; /* a part then has more than K' references */
-/* The size rule: k_select_finish for n <= kSfMaxRefs, beyond it k_select_warp + k_finish_warp (device runs 1-2
- * of brief K5: from 2^13 references one block holding a query's warps through its barriers and finish
- * streams the rows slower than the independent warps of k_select_warp, 109 vs 93 us at 2^13, d 32) */
+/* The size rule: one-kernel selection and finish for n <= kSfMaxRefs, beyond it k_select_warp + k_finish_warp
+ * (device runs 1-2 of brief K5: from 2^13 references one block holding a query's warps through its barriers
+ * and finish streams the rows slower than the independent warps of k_select_warp, 109 vs 93 us at 2^13, d 32) */
 constexpr int64_t kSfMaxRefs = 4096;
 /* blocks per SM the registers must allow: 3 capped them at 80 and spilled (device run 1 of brief K5: no
  * faster than 2) */
 constexpr int kSfMinBlocks = 2;
+constexpr int kLeanCap = kRegList; /* candidate slots per query: the register lists of the finish */
 static_assert(kSfMinPerLane * kWarp >= kRegList, "a first pass can seed K'");
 static_assert(kSfMaxPerLane == 4 * kSfMinPerLane, "the three pass widths of launch_select_finish");
+
+/* A block's lean selection state: per query of the block (at most kSfWarps). */
+struct lean_shared {
+  int ci[kSfWarps][kLeanCap];    /* candidate indices (the finish needs no approximate value) */
+  int cnt[kSfWarps];             /* candidates found (may exceed kLeanCap: the exact scan) */
+  float seed[kSfWarps];          /* per warp: x_w */
+  double qd[kSfWarps][kWarp];    /* d <= kWarp: the query's coordinates as doubles, zeros beyond d */
+  double ex[kSfWarps][kRegList]; /* W > 1: the candidates' exact distances, gathered for the first warp */
+  int need_scan[kSfWarps];
+};
+
+/* Row sources of the lean selection: element t of a warp's part (+inf beyond len). */
+struct gemm_row { /* the tiled path: the SGEMM's −2 q'·r' plus the norms */
+  const float *row, *rn;
+  float qn;
+  __device__ float operator()(int t, int len) const { return warp_value(row, rn, qn, t, len); }
+};
+struct value_row { /* k_fused_small: the values themselves */
+  const float *row;
+  __device__ float operator()(int t, int len) const { return t < len ? row[t] : INFINITY; }
+};
+
+template <int PL, typename Src>
+__device__ __forceinline__ void lean_load(const Src &src, int base, int len, int lane, float (&v)[PL]) {
+#pragma unroll
+  for (int c = 0; c < PL; c++) v[c] = src(base + c * kWarp + lane, len);
+}
+
+/* Pass 2 of one warp: the indices of its part's values <= y into the query's slots (cnt, ci); v holds pass 1's
+ * values when the part is a single pass. */
+template <int PL, typename Src>
+__device__ void lean_filter(const Src &src, int len, int index0, float y, float (&v)[PL], int *cnt, int *ci,
+                            int lane) {
+  for (int base = 0; base < len; base += PL * kWarp) {
+    if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v); /* uniform */
+    int mine = 0;
+#pragma unroll
+    for (int c = 0; c < PL; c++) mine += v[c] <= y;
+    int incl = mine; /* inclusive prefix count over the lanes */
+#pragma unroll
+    for (int o = 1; o < kWarp; o <<= 1) {
+      int z = __shfl_up_sync(kFull, incl, o);
+      if (lane >= o) incl += z;
+    }
+    int total = __shfl_sync(kFull, incl, kWarp - 1);
+    if (!total) continue;
+    int start = lane == kWarp - 1 ? atomicAdd(cnt, total) : 0;
+    int pos = __shfl_sync(kFull, start, kWarp - 1) + incl - mine;
+#pragma unroll
+    for (int c = 0; c < PL; c++) {
+      if (!(v[c] <= y)) continue;
+      if (pos < kLeanCap) ci[pos] = index0 + base + c * kWarp + lane;
+      pos++;
+    }
+  }
+}
+
+constexpr int bitrev5(int i) {
+  return ((i & 1) << 4) | ((i & 2) << 2) | (i & 4) | ((i & 8) >> 2) | ((i & 16) >> 4);
+}
+constexpr int popc5(int i) { return (i & 1) + ((i >> 1) & 1) + ((i >> 2) & 1) + ((i >> 3) & 1) + ((i >> 4) & 1); }
+
+/* ss_knn_exact_dist of one reference row with d <= kWarp by one thread (the lean finish: a lane per candidate,
+ * no shuffles): the row in registers (float4 loads when rows are 16-byte aligned), the 32 partials — one
+ * coordinate each, exact zeros beyond d — folded in bit-reversed order like the one-thread definition, fully
+ * unrolled so that the stack stays in registers. qd: the query as doubles, zeros beyond d. */
+__device__ double exact_dist_short(const double *qd, const float *row, int d) {
+  float x[kWarp];
+  if (d % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < kWarp; j += 4) {
+      float4 t = j < d ? __ldg((const float4 *)(row + j)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      x[j] = t.x, x[j + 1] = t.y, x[j + 2] = t.z, x[j + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kWarp; j++) x[j] = j < d ? __ldg(row + j) : 0.0f;
+  }
+  double st[SS_KNN_EXACT_LEVELS + 1];
+#pragma unroll
+  for (int i = 0; i < kWarp; i++) {
+    const int l = bitrev5(i);
+    double t = __dsub_rn(qd[l], (double)x[l]);
+    double p = __dmul_rn(t, t);
+    int top = popc5(i);
+#pragma unroll
+    for (int c = i; c & 1; c >>= 1) p = __dadd_rn(st[--top], p);
+    st[top] = p;
+  }
+  return st[0];
+}
+
+/* Sort 32 entries (one per lane) ascending by (value, index): reg_stage's network for one register. */
+template <typename V>
+__device__ __forceinline__ void reg_sort32(V &v, int &ix, int lane) {
+#pragma unroll
+  for (int k = 2; k <= kWarp; k <<= 1)
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      bool up = (lane & k) == 0, lower = (lane & j) == 0;
+      V ov = __shfl_xor_sync(kFull, v, j);
+      int oi = __shfl_xor_sync(kFull, ix, j);
+      bool take = lower == up ? kv_less(ov, oi, v, ix) : kv_less(v, ix, ov, oi);
+      if (take) v = ov, ix = oi;
+    }
+}
+
+/* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
+ * part (len references from index0, read through src); S: seed values per lane. Called by every thread of the
+ * block (barriers); leaves ls.need_scan[ql] for finish_block_scans. */
+template <int PL, int S, typename Src>
+__device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int index0, int W, int ql, int part,
+                                   int64_t qq, bool valid, lean_shared &ls, int w, int lane) {
+  if (part == 0 && lane == 0) ls.cnt[ql] = 0;
+  double qn = valid ? finish_query_norm(f, qq, lane) : 0.0; /* the queries are inputs: off the chain below */
+  if (part == 0 && f.d <= kWarp) ls.qd[ql][lane] = valid && lane < f.d ? (double)f.q[qq * f.d + lane] : 0.0;
+  float v[PL], m[S];
+#pragma unroll
+  for (int t = 0; t < S; t++) m[t] = INFINITY;
+  for (int base = 0; base < len; base += PL * kWarp) {
+    lean_load<PL>(src, base, len, lane, v);
+#pragma unroll
+    for (int c = 0; c < PL; c++) seed_insert<S>(m, v[c]);
+  }
+  float x = seed_kth<S>(m, f.k);
+  if (lane == 0) ls.seed[w] = x;
+  __syncthreads(); /* seeds, counters and query copies visible */
+  for (int p = 0; p < W; p++) x = fminf(x, ls.seed[ql * W + p]);
+  /* y = x + 2E rounded down to a float: v <= y exactly when v <= x + 2E */
+  float y = x < INFINITY ? __double2float_rd((double)x + 2.0 * ss_knn_error_bound(f.d, sqrt(qn), f.ref_norm_max))
+                         : INFINITY;
+  if (valid && x < INFINITY) lean_filter<PL>(src, len, index0, y, v, &ls.cnt[ql], ls.ci[ql], lane);
+  __syncthreads(); /* the query's candidates are complete */
+  int P = ls.cnt[ql];
+  bool over = !(x < INFINITY) || P > kLeanCap, one = P <= kWarp; /* one: a candidate per lane */
+  int li[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int e = lane + kWarp * h;
+    li[h] = valid && !over && e < P ? ls.ci[ql][e] : kNoIndex;
+  }
+  double sd[2] = {(double)INFINITY, (double)INFINITY};
+  bool short_rows = one && f.d <= kWarp; /* the same for the query's W warps */
+  if (short_rows) {
+    if (valid && !over && part == 0 && li[0] != kNoIndex)
+      sd[0] = exact_dist_short(ls.qd[ql], f.ref + (int64_t)li[0] * f.d, f.d);
+  } else {
+    if (valid && !over) finish_exact_groups(f, qq, li, P, part, W, lane, sd);
+  }
+  if (W > 1 && !short_rows) { /* W is uniform across the block, so the barrier below is too */
+    if (valid && !over)
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        if (sd[h] < INFINITY) ls.ex[ql][lane + kWarp * h] = sd[h];
+  }
+  if (W > 1) __syncthreads();
+  if (W > 1 && !short_rows && valid && !over && part == 0)
+#pragma unroll
+    for (int h = 0; h < 2; h++) sd[h] = lane + kWarp * h < P ? ls.ex[ql][lane + kWarp * h] : (double)INFINITY;
+  if (valid && !over && part == 0) { /* every reference outside the candidates is beaten by k of them: done */
+    if (one) reg_sort32(sd[0], li[0], lane);
+    else reg_sort64(sd, li, lane);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      int t = lane + kWarp * h;
+      if (t >= f.k) continue;
+      f.out_i[qq * f.k + t] = li[h];
+      if (f.out_d) f.out_d[qq * f.k + t] = sd[h];
+    }
+    if (lane == 0) f.cert[qq] = 1;
+  }
+  if (lane == 0 && part == 0) ls.need_scan[ql] = valid && over;
+}
 
 struct sf_args {
   tile_args t;  /* the rows of one query tile against the single reference tile; t.Kc = K' */
@@ -1120,99 +1323,141 @@ struct sf_args {
   int W, chunk; /* warps per query (power of two), references per warp */
 };
 
-/* Pass `base` of a warp's part (len references from `row`): lane's values base + c kWarp + lane. */
-template <int PL>
-__device__ __forceinline__ void sf_load(const float *row, const float *rn, float qn, int base, int len, int lane,
-                                        float (&v)[PL]) {
-#pragma unroll
-  for (int c = 0; c < PL; c++) v[c] = warp_value(row, rn, qn, base + c * kWarp + lane, len);
-}
-
-template <int PL>
+template <int PL, int S>
 __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_args a) {
   extern __shared__ __align__(16) unsigned char sm_sf[]; /* the fallback scan's buffer */
-  __shared__ float sv_s[kSfWarps][kFlistP];
-  __shared__ int si_s[kSfWarps][kFlistP];
-  __shared__ float seed_s[kSfWarps];
-  __shared__ unsigned tau_s[kSfWarps]; /* per query of the block: the published K'-th (float bits) */
-  __shared__ int need_scan[kSfWarps];
-  __shared__ double ex_s[kSfWarps][kRegList]; /* per query of the block: its candidates' exact distances */
+  __shared__ lean_shared ls;
   const tile_args &t = a.t;
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, qpb = kSfWarps / a.W;
   int ql = w / a.W, part = w % a.W;
   int64_t q0 = (int64_t)blockIdx.x * qpb, qq = q0 + ql;
   bool valid = qq < a.m; /* uniform across the query's warps */
   int begin = part * a.chunk, len = valid ? max(0, min(a.chunk, t.Rt - begin)) : 0;
-  float *sv = sv_s[w];
-  int *si = si_s[w];
-  for (int e = lane; e < kFlistP; e += kWarp) sv[e] = INFINITY, si[e] = kNoIndex;
-  if (part == 0 && lane == 0) tau_s[ql] = kInfBits;
-  const float *row = t.dist + qq * t.ld + begin, *rn = t.rnorm + begin;
-  double qn_exact = valid && part == 0 ? finish_query_norm(a.f, qq, lane) : 0.0; /* the queries are inputs */
-  float qn = valid ? t.qnorm[qq] : 0.0f, v[PL];
-  sf_load<PL>(row, rn, qn, 0, len, lane, v);
-  float m0 = INFINITY, m1 = INFINITY;
-#pragma unroll
-  for (int c = 0; c < PL; c++) seed_push(m0, m1, v[c]);
-  float x = seed_from_pairs(m0, m1, t.Kc);
-  if (lane == 0) seed_s[w] = x;
-  __syncthreads(); /* seeds, list and threshold initialisation visible */
-  for (int p = 0; p < a.W; p++) x = fminf(x, seed_s[ql * a.W + p]);
-  unsigned *tau_q = &tau_s[ql];
-  fused_queue st = {0, nextafterf(x, INFINITY)}; /* v < nextafter(x): v <= x */
-  st = queue_push(v, t.r0 + begin, 1, kWarp, sv, si, t.Kc, st, tau_q, lane);
-  for (int base = PL * kWarp; base < len; base += PL * kWarp) {
-    sf_load<PL>(row, rn, qn, base, len, lane, v);
-    st.tau = fminf(st.tau, __uint_as_float(*(volatile unsigned *)tau_q));
-    st = queue_push(v, t.r0 + begin + base, 1, kWarp, sv, si, t.Kc, st, tau_q, lane);
-  }
-  if (st.nb) fused_queue_merge(sv, si, st.nb, lane);
-  __syncwarp();
-  float lv[2];
-  int li[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) lv[h] = sv[lane + kWarp * h], li[h] = si[lane + kWarp * h];
-  for (int s = 1; s < a.W; s <<= 1) { /* W uniform across the block */
-    __syncthreads(); /* the partners' lists are written */
-    if (valid && part % (2 * s) == 0) {
-      const float *pv = sv_s[w + s];
-      const int *pi = si_s[w + s];
-      float ov[2];
-      int oi[2];
-#pragma unroll
-      for (int h = 0; h < 2; h++) ov[h] = pv[lane + kWarp * h], oi[h] = pi[lane + kWarp * h];
-      if (kv_less(reg_get(ov, 0), reg_get(oi, 0), reg_get(lv, t.Kc - 1), reg_get(li, t.Kc - 1))) {
-        reg_merge64(lv, li, ov, oi, lane);
-#pragma unroll
-        for (int h = 0; h < 2; h++) sv[lane + kWarp * h] = lv[h], si[lane + kWarp * h] = li[h];
-      }
-    }
-  }
-  /* the exact distances: the query's W warps take its groups of candidates in turn */
-  double sd[2] = {(double)INFINITY, (double)INFINITY};
-  if (a.W > 1) {
-    __syncthreads(); /* the query's merged list is in its first warp's slot */
-    if (valid) {
-#pragma unroll
-      for (int h = 0; h < 2; h++) li[h] = si_s[ql * a.W][lane + kWarp * h];
-      finish_exact_groups(a.f, qq, li, part, a.W, lane, sd);
-#pragma unroll
-      for (int h = 0; h < 2; h++)
-        if (sd[h] < INFINITY) ex_s[ql][lane + kWarp * h] = sd[h];
-    }
-    __syncthreads();
-    if (valid && part == 0)
-#pragma unroll
-      for (int h = 0; h < 2; h++) sd[h] = lane + kWarp * h < t.Kc ? ex_s[ql][lane + kWarp * h] : (double)INFINITY;
-  } else if (valid && part == 0) {
-    finish_exact_groups(a.f, qq, li, 0, 1, lane, sd);
-  }
-  bool scan = false;
-  if (valid && part == 0) scan = finish_warp_query(a.f, qq, qn_exact, lv, li, sd, lane);
-  if (lane == 0 && part == 0) need_scan[ql] = scan;
+  gemm_row src = {t.dist + qq * t.ld + begin, t.rnorm + begin, valid ? t.qnorm[qq] : 0.0f};
+  lean_select_finish<PL, S>(a.f, src, len, t.r0 + begin, a.W, ql, part, qq, valid, ls, w, lane);
   __syncthreads();
-  finish_block_scans(a.f, q0, need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
 }
+
+/* The lean kernels' template arguments: PL from the longest part (kSfMinPerLane, twice that or kSfMaxPerLane
+ * values per lane per pass), S from k (2 seed values per lane up to kLeanSeed2MaxK, else 4: the K-th of 64
+ * values passes ~K + 2 on random rows for K <= 32, but ~K + 20 for K = 50, over the kLeanCap slots). */
+constexpr int kLeanSeed2MaxK = 32;
+int lean_pl_class(int64_t len) { return len <= kSfMinPerLane * kWarp ? 0 : len <= 2 * kSfMinPerLane * kWarp ? 1 : 2; }
+int lean_s_class(int64_t k) { return k <= kLeanSeed2MaxK ? 0 : 1; }
+using sf_kernel = void (*)(sf_args);
+const sf_kernel kSelectFinish[2][3] = {
+    {k_select_finish<kSfMinPerLane, 2>, k_select_finish<2 * kSfMinPerLane, 2>, k_select_finish<kSfMaxPerLane, 2>},
+    {k_select_finish<kSfMinPerLane, 4>, k_select_finish<2 * kSfMinPerLane, 4>, k_select_finish<kSfMaxPerLane, 4>}};
+
+/* ---- fused small path (n <= kSfMaxRefs, K' <= 64, d <= 256): one kernel, no centring, no SGEMM -------
+ * A block of kSfWarps queries against every reference: it centres its queries into shared memory
+ * (transposed and zero-padded to dpad, so that a coordinate's kSfWarps values are two float4 broadcasts) and
+ * takes their float norms; each thread then computes its kSfWarps queries × kFsRefs consecutive references
+ * per pass (ref_t, the fused kernel's transposed view: one coalesced float4 load per coordinate, kFdimStep
+ * coordinates in flight) and writes max(‖q'‖² + ‖r'‖² − 2 q'·r', 0), the tiled path's value, to the query's
+ * row — in shared memory up to kFsSmemRefs references, else in a global buffer (m × npad, L2-resident at
+ * these sizes); after a barrier each warp selects and finishes one query from its row (lean_select_finish,
+ * W = 1). Rows in shared memory matter: read back from L2, the selection's loads of a row waited on each
+ * other (the compiler interleaves them with their uses under the register limit; clock64 phases on the H100,
+ * 2^10, d 32: ~7 k cycles for the first pass over 1,024 values of an SGEMM row). The references are read by
+ * every block from L2 (m / 8 blocks × n d 4 bytes), which bounds where this pays: `auto` measures it
+ * against the tiled path. */
+constexpr int kFsRefs = 4; /* consecutive references per thread per pass: one float4 */
+/* coordinates per slice of the distance loop, the next slice's loads in flight during this one's arithmetic
+ * (8 with the double buffer spilled at the 128-register limit of two blocks per SM) */
+constexpr int kFsSlice = 4;
+static_assert(kFdimStep % kFsSlice == 0, "dpad is a multiple of the slice");
+/* bytes of rows per launch (more queries run as several launches): what stays in an H100's L2 (50 MB), so
+ * that the selection reads back what the distance phase wrote without a DRAM round trip */
+constexpr int64_t kFsRowBytes = (int64_t)32 << 20;
+/* rows in shared memory up to this many (padded) references: kSfWarps rows of 2,048 floats, 64 KB a block,
+ * two blocks per SM as the registers allow */
+constexpr int64_t kFsSmemRefs = 2048;
+static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0 && kSfWarps == 8, "two float4 query broadcasts");
+
+struct fs_args {
+  const float *q, *mean, *ref_t, *rn; /* as fused_args */
+  int64_t npad;
+  int m, d, dpad, Kc;
+  float *vals; /* m × npad rows */
+  finish_args f;
+};
+
+template <int PL, int S, bool kSmemRows>
+__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_fused_small(fs_args a) {
+  /* the fallback scan's buffer; with kSmemRows first the block's rows, which are dead before any scan */
+  extern __shared__ __align__(16) unsigned char sm_fs[];
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
+  __shared__ float qn_s[kSfWarps];
+  __shared__ lean_shared ls;
+  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
+  bool valid = qq < a.m;
+  for (int t = tid; t < kSfWarps * a.dpad; t += kSfThreads) { /* row-major reads: coalesced */
+    int i = t / a.dpad, j = t % a.dpad;
+    qs[j][i] = q0 + i < a.m && j < a.d ? a.q[(q0 + i) * a.d + j] - a.mean[j] : 0.0f;
+  }
+  __syncthreads();
+  float s = 0.0f;
+  for (int j = lane; j < a.d; j += kWarp) s = fmaf(qs[j][w], qs[j][w], s);
+  for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+  if (lane == 0) qn_s[w] = s;
+  __syncthreads();
+  float qn[kSfWarps];
+#pragma unroll
+  for (int i = 0; i < kSfWarps; i++) qn[i] = qn_s[i];
+  const float4 *qs4 = (const float4 *)&qs[0][0];
+  float *rows = kSmemRows ? (float *)sm_fs : a.vals + q0 * a.npad;
+  for (int64_t r = (int64_t)kFsRefs * tid; r < a.npad; r += (int64_t)kFsRefs * kSfThreads) {
+    float acc[kSfWarps][kFsRefs] = {};
+    const float *col = a.ref_t + r;
+    float4 rv[kFsSlice], nx[kFsSlice]; /* this slice of kFsSlice coordinates, the next one (in flight) */
+#pragma unroll
+    for (int u = 0; u < kFsSlice; u++) rv[u] = __ldg((const float4 *)(col + (int64_t)u * a.npad));
+    for (int j0 = 0; j0 < a.dpad; j0 += kFsSlice) {
+      if (j0 + kFsSlice < a.dpad) /* uniform: the next slice's loads overlap this slice's arithmetic */
+#pragma unroll
+        for (int u = 0; u < kFsSlice; u++)
+          nx[u] = __ldg((const float4 *)(col + (int64_t)(j0 + kFsSlice + u) * a.npad));
+#pragma unroll
+      for (int u = 0; u < kFsSlice; u++) {
+        float4 qa = qs4[2 * (j0 + u)], qb = qs4[2 * (j0 + u) + 1];
+        const float qv[kSfWarps] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+        const float rr[kFsRefs] = {rv[u].x, rv[u].y, rv[u].z, rv[u].w};
+#pragma unroll
+        for (int i = 0; i < kSfWarps; i++)
+#pragma unroll
+          for (int c = 0; c < kFsRefs; c++) acc[i][c] = fmaf(qv[i], rr[c], acc[i][c]);
+      }
+#pragma unroll
+      for (int u = 0; u < kFsSlice; u++) rv[u] = nx[u];
+    }
+    float4 rn4 = __ldg((const float4 *)(a.rn + r));
+    const float rn[kFsRefs] = {rn4.x, rn4.y, rn4.z, rn4.w};
+#pragma unroll
+    for (int i = 0; i < kSfWarps; i++) {
+      if (q0 + i >= a.m) continue;
+      float o[kFsRefs];
+#pragma unroll
+      for (int c = 0; c < kFsRefs; c++) o[c] = fmaxf(qn[i] + rn[c] + -2.0f * acc[i][c], 0.0f);
+      *(float4 *)(rows + i * a.npad + r) = make_float4(o[0], o[1], o[2], o[3]);
+    }
+  }
+  __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
+  value_row src = {rows + w * a.npad};
+  lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 0, 1, w, 0, qq, valid, ls, w, lane);
+  __syncthreads();
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < kSfWarps ? a.m - q0 : kSfWarps), sm_fs);
+}
+using fs_kernel = void (*)(fs_args);
+/* [S class][PL class, then the global-row variant (n > kFsSmemRefs: PL = kSfMaxPerLane)] */
+const fs_kernel kFusedSmall[2][4] = {
+    {k_fused_small<kSfMinPerLane, 2, true>, k_fused_small<2 * kSfMinPerLane, 2, true>,
+     k_fused_small<kSfMaxPerLane, 2, true>, k_fused_small<kSfMaxPerLane, 2, false>},
+    {k_fused_small<kSfMinPerLane, 4, true>, k_fused_small<2 * kSfMinPerLane, 4, true>,
+     k_fused_small<kSfMaxPerLane, 4, true>, k_fused_small<kSfMaxPerLane, 4, false>}};
+static_assert(kFsSmemRefs >= kSfMaxPerLane * kWarp, "the global-row variant has one pass width");
 
 int next_pow2(int64_t x) {
   int p = 1;
@@ -1284,7 +1529,8 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
 
 size_t ws_held(const knn_dev *dv) {
   const ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau};
+                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau,
+                       &dv->fvals};
   size_t s = 0;
   for (const ws_buf *x : b) s += x->bytes;
   return s;
@@ -1505,10 +1751,7 @@ ss_status launch_select_finish(ss_ctx *ctx, const search_run &r, const float *d_
   a.chunk = (int)ceil_div(n, a.W);
   unsigned blocks = (unsigned)ceil_div(Qt, kSfWarps / a.W);
   size_t smem = finish_warp_smem(a.f.P2);
-  constexpr int kMid = 2 * kSfMinPerLane;
-  if (a.chunk <= kSfMinPerLane * kWarp) k_select_finish<kSfMinPerLane><<<blocks, kSfThreads, smem, r.s0>>>(a);
-  else if (a.chunk <= kMid * kWarp) k_select_finish<kMid><<<blocks, kSfThreads, smem, r.s0>>>(a);
-  else k_select_finish<kSfMaxPerLane><<<blocks, kSfThreads, smem, r.s0>>>(a);
+  kSelectFinish[lean_s_class(r.p.k)][lean_pl_class(a.chunk)]<<<blocks, kSfThreads, smem, r.s0>>>(a);
 
   SS_CUDA_TRY_LAUNCH(ctx, "knn selection and finish");
   return SS_OK;
@@ -1699,9 +1942,62 @@ ss_status fused_refs(ss_ctx *ctx, const ss_knn_index *ix, knn_dev *dv, int dpad,
   return SS_OK;
 }
 
+/* The fused small kernel (n <= kSfMaxRefs) for m queries: selection and finish in the same launch. */
+ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m,
+                             int Kc, int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  int64_t Q = kFsRowBytes / (npad * (int64_t)sizeof(float)); /* queries per launch */
+  Q = Q / kSfWarps * kSfWarps;
+  if (Q > m) Q = m;
+  bool smem_rows = npad <= kFsSmemRefs;
+  if (!smem_rows)
+    SS_TRY(ws_ensure(ctx, &dv->fvals, (size_t)Q * (size_t)npad * sizeof(float), "KNN fused distance rows"));
+  fs_kernel kern = kFusedSmall[lean_s_class(o->k)][smem_rows ? lean_pl_class(ix->n) : 3];
+  size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k,
+                                                        nullptr, out).P2);
+  size_t row_bytes = smem_rows ? (size_t)kSfWarps * (size_t)npad * sizeof(float) : 0;
+  size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes;
+  /* static + dynamic beyond 48 KB needs the opt-in; always the same value per kernel (no race between
+   * indices): the rows' largest size or the scan buffer's, whichever is larger */
+  size_t smem_max = (size_t)kSfWarps * kFsSmemRefs * sizeof(float);
+  if (smem_max < smem) smem_max = smem;
+  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max));
+  auto launch = [&]() -> ss_status {
+    for (int64_t q0 = 0; q0 < m; q0 += Q) {
+      int64_t Qt = m - q0 < Q ? m - q0 : Q;
+      fs_args a;
+      a.q = d_query + q0 * ix->d, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn, a.npad = npad;
+      a.m = (int)Qt, a.d = (int)ix->d, a.dpad = dpad, a.Kc = Kc;
+      a.vals = (float *)dv->fvals.p;
+      finish_out o_t = {out.idx + q0 * o->k, out.dist ? out.dist + q0 * o->k : nullptr, out.cert + q0};
+      a.f = make_finish_args(ix, dv, a.q, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, o_t);
+      unsigned blocks = (unsigned)ceil_div(Qt, kSfWarps);
+      kern<<<blocks, kSfThreads, smem, s>>>(a);
+      SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances, selection and finish");
+    }
+    return SS_OK;
+  };
+  graph_key key;
+  memset(&key, 0, sizeof(key));
+  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->fvals.p, dv->ref_t};
+  memcpy(key.ptr, p, sizeof(p));
+  const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k, -1};
+  memcpy(key.val, v, sizeof(v));
+  bool graphed = false;
+  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
+  if (stats) {
+    stats->strategy = SS_KNN_WARP; /* reported as the warp strategy: one warp per query selects */
+    stats->query_tile = kSfWarps;
+    stats->ref_tile = ix->n;
+    stats->graph = graphed;
+  }
+  return SS_OK;
+}
+
 /* The fused path: the distance-and-selection kernel, then the per-warp finish (which also resets the
  * shared thresholds), both on the backend stream; repeated calls with the same key replay them as a
- * CUDA graph (graph_run). */
+ * CUDA graph (graph_run). Up to kSfMaxRefs references: k_fused_small alone. */
 ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                        const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
@@ -1709,8 +2005,9 @@ ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   fused_args a;
   a.dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep);
   a.npad = ceil_div(ix->n, kFr) * kFr;
-  fused_plan(dv, m, ix->n, Kc, o->fused_blocks_per_sm, &a);
   SS_TRY(fused_refs(ctx, ix, dv, a.dpad, a.npad, s));
+  if (ix->n <= kSfMaxRefs) return fused_small_search(ctx, ix, o, d_query, m, Kc, a.dpad, a.npad, out, stats);
+  fused_plan(dv, m, ix->n, Kc, o->fused_blocks_per_sm, &a);
   size_t lists = (size_t)m * (size_t)a.nsplit * (size_t)Kc, tau_bytes = dv->ftau.bytes;
   SS_TRY(ws_ensure(ctx, &dv->part_v, lists * sizeof(float), "KNN partial lists"));
   SS_TRY(ws_ensure(ctx, &dv->part_i, lists * sizeof(int), "KNN partial lists"));
@@ -1875,7 +2172,7 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   if (dv->sel) cudaStreamSynchronize(dv->sel);
   cudaFree(dv->ref), cudaFree(dv->ref_c), cudaFree(dv->ref_norm), cudaFree(dv->mean);
   ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau};
+                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau, &dv->fvals};
   for (ws_buf *x : b) cudaFree(x->p);
   cudaFree(dv->ref_t), cudaFree(dv->ref_tn);
   if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);

@@ -133,6 +133,7 @@ static void cpu_gpu_identical(void **state) {
       {2048, 1200, 64, 25, 4096, 65536, 0, 0},    /* the grid's 2^11, d 64: D = 64, float4 rows */
       {1000, 13, 41, 50, 4096, 65536, 0, 0},      /* K' = 64, d odd above 32, n off the 256-reference tile */
       {300, 9, 33, 30, 4096, 65536, 1, 0},        /* {0,1,2}: seed ties, block scans of a partial block */
+      {4096, 2100, 8, 10, 4096, 65536, 0, 0},     /* fused small: rows of 2,048 queries per launch, two launches */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
