@@ -7,14 +7,16 @@
  *    the finish kernel (no list fill, no merge), and repeated calls replay one CUDA graph. The warp
  *    queue shares a per-query threshold between all warps of a search; in a one-tile search with K' <= 64
  *    it starts from a seed threshold (warp_seed) instead of warming up. A one-tile search with K' <= 64 and
- *    n <= kSfMaxRefs (warp queue or auto) selects AND finishes in one kernel (k_select_finish: seeded warp
- *    queues, lists merged in shared memory, the per-warp finish). `auto` strategy otherwise:
+ *    n <= kSfMaxRefs (warp queue or auto) selects AND finishes in one kernel (k_select_finish: the lean
+ *    selection, lean_select_finish: k-th seed, every value within 2E of it a candidate, no certificate
+ *    test needed). `auto` strategy otherwise:
  *    the three timed on the first tile of the first search of each (GPU, n class, K' class), remembered
  *    for the process.
- *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): one kernel (k_fused) per (32-query tile,
- *    reference split) computes the distances with a register micro-tile and selects with the warp
- *    queue in place, so the distance matrix is never written; then the per-warp finish: two launches,
- *    replayed as a CUDA graph on repeated calls.
+ *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): up to kSfMaxRefs references one kernel
+ *    (k_fused_small: 8 queries a block, distances, lean selection and finish); beyond, one kernel
+ *    (k_fused) per (32-query tile, reference split) computes the distances with a register micro-tile and
+ *    selects with the warp queue in place, so the distance matrix is never written; then the per-warp
+ *    finish: two launches. Both are replayed as a CUDA graph on repeated calls.
  * `auto` path: where the fused path applies and n <= 65,536, every applicable path is timed on the first
  * search of each size class and the fastest is remembered (calibrate_path); the tiled path beyond.
  * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
@@ -1019,6 +1021,19 @@ __device__ void finish_exact_groups(const finish_args &a, int64_t qq, const int 
   }
 }
 
+/* A certified query's answer: its first k sorted entries (entry e = lane + kWarp h), flag 1. */
+__device__ void finish_warp_write(const finish_args &a, int64_t qq, const double (&sd)[2], const int (&si)[2],
+                                  int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    int t = lane + kWarp * h;
+    if (t >= a.k) continue;
+    a.out_i[qq * a.k + t] = si[h];
+    if (a.out_d) a.out_d[qq * a.k + t] = sd[h];
+  }
+  if (lane == 0) a.cert[qq] = 1;
+}
+
 /* The finish of query qq by its warp from its candidates (si: indices, entry e = lane + kWarp h; sd: their
  * exact distances, finish_exact_groups; kNoIndex / +inf beyond the candidates), every reference outside
  * them having an approximate value >= thr (all: there is none), and qn = finish_query_norm: the sort, the
@@ -1029,16 +1044,7 @@ __device__ bool finish_warp_cert(const finish_args &a, int64_t qq, double qn, do
   reg_sort64(sd, si, lane);
   double bound = ss_knn_error_bound(a.d, sqrt(qn), a.ref_norm_max);
   bool scan = !(all || thr - bound > reg_get(sd, a.k - 1));
-  if (!scan) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      int t = lane + kWarp * h;
-      if (t >= a.k) continue;
-      a.out_i[qq * a.k + t] = si[h];
-      if (a.out_d) a.out_d[qq * a.k + t] = sd[h];
-    }
-    if (lane == 0) a.cert[qq] = 1;
-  }
+  if (!scan) finish_warp_write(a, qq, sd, si, lane);
   if (a.reset_tau && lane == 0) a.reset_tau[qq] = kInfBits;
   return scan;
 }
@@ -1304,14 +1310,7 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
   if (valid && !over && part == 0) { /* every reference outside the candidates is beaten by k of them: done */
     if (one) reg_sort32(sd[0], li[0], lane);
     else reg_sort64(sd, li, lane);
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      int t = lane + kWarp * h;
-      if (t >= f.k) continue;
-      f.out_i[qq * f.k + t] = li[h];
-      if (f.out_d) f.out_d[qq * f.k + t] = sd[h];
-    }
-    if (lane == 0) f.cert[qq] = 1;
+    finish_warp_write(f, qq, sd, li, lane);
   }
   if (lane == 0 && part == 0) ls.need_scan[ql] = valid && over;
 }
