@@ -282,6 +282,16 @@ __device__ void warp_merge_sorted(float *sv, int *si, int P, int lane) {
  * index except (+inf, kNoIndex) padding, so both partners of a pair take the same decision. */
 constexpr int kRegList = 2 * kWarp;
 
+/* One compare-exchange of a bitonic stage: this lane's entry with lane ^ j's, ascending where `up`. */
+template <typename V>
+__device__ __forceinline__ void reg_cx(V &v, int &ix, int j, bool up, int lane) {
+  bool lower = (lane & j) == 0;
+  V ov = __shfl_xor_sync(kFull, v, j);
+  int oi = __shfl_xor_sync(kFull, ix, j);
+  bool take = lower == up ? kv_less(ov, oi, v, ix) : kv_less(v, ix, ov, oi);
+  if (take) v = ov, ix = oi;
+}
+
 template <typename V>
 __device__ __forceinline__ void reg_stage(V (&v)[2], int (&ix)[2], int k, int j, int lane) {
   if (j == kWarp) { /* only in the last merge (k = kRegList): ascending */
@@ -293,13 +303,7 @@ __device__ __forceinline__ void reg_stage(V (&v)[2], int (&ix)[2], int k, int j,
     return;
   }
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    bool up = ((lane + kWarp * h) & k) == 0, lower = (lane & j) == 0;
-    V ov = __shfl_xor_sync(kFull, v[h], j);
-    int oi = __shfl_xor_sync(kFull, ix[h], j);
-    bool take = lower == up ? kv_less(ov, oi, v[h], ix[h]) : kv_less(v[h], ix[h], ov, oi);
-    if (take) v[h] = ov, ix[h] = oi;
-  }
+  for (int h = 0; h < 2; h++) reg_cx(v[h], ix[h], j, ((lane + kWarp * h) & k) == 0, lane);
 }
 
 /* Sort the 64 entries ascending by (value, index). */
@@ -1240,19 +1244,13 @@ __device__ double exact_dist_short(const double *qd, const float *row, int d) {
   return st[0];
 }
 
-/* Sort 32 entries (one per lane) ascending by (value, index): reg_stage's network for one register. */
+/* Sort 32 entries (one per lane) ascending by (value, index): reg_sort64's network for one register. */
 template <typename V>
 __device__ __forceinline__ void reg_sort32(V &v, int &ix, int lane) {
 #pragma unroll
   for (int k = 2; k <= kWarp; k <<= 1)
 #pragma unroll
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      bool up = (lane & k) == 0, lower = (lane & j) == 0;
-      V ov = __shfl_xor_sync(kFull, v, j);
-      int oi = __shfl_xor_sync(kFull, ix, j);
-      bool take = lower == up ? kv_less(ov, oi, v, ix) : kv_less(v, ix, ov, oi);
-      if (take) v = ov, ix = oi;
-    }
+    for (int j = k >> 1; j > 0; j >>= 1) reg_cx(v, ix, j, (lane & k) == 0, lane);
 }
 
 /* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
@@ -1353,8 +1351,8 @@ const sf_kernel kSelectFinish[2][3] = {
  * A block of kSfWarps queries against every reference: it centres its queries into shared memory
  * (transposed and zero-padded to dpad, so that a coordinate's kSfWarps values are two float4 broadcasts) and
  * takes their float norms; each thread then computes its kSfWarps queries × kFsRefs consecutive references
- * per pass (ref_t, the fused kernel's transposed view: one coalesced float4 load per coordinate, kFdimStep
- * coordinates in flight) and writes max(‖q'‖² + ‖r'‖² − 2 q'·r', 0), the tiled path's value, to the query's
+ * per pass (ref_t, the fused kernel's transposed view: one coalesced float4 load per coordinate, the next
+ * kFsSlice coordinates in flight) and writes max(‖q'‖² + ‖r'‖² − 2 q'·r', 0), the tiled path's value, to the query's
  * row — in shared memory up to kFsSmemRefs references, else in a global buffer (m × npad, L2-resident at
  * these sizes); after a barrier each warp selects and finishes one query from its row (lean_select_finish,
  * W = 1). Rows in shared memory matter: read back from L2, the selection's loads of a row waited on each
@@ -1378,8 +1376,8 @@ static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0 && kSfWarps == 8, "two float
 struct fs_args {
   const float *q, *mean, *ref_t, *rn; /* as fused_args */
   int64_t npad;
-  int m, d, dpad, Kc;
-  float *vals; /* m × npad rows */
+  int m, d, dpad;
+  float *vals; /* rows of the launch's queries when they do not fit in shared memory */
   finish_args f;
 };
 
@@ -1946,10 +1944,10 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
                              int Kc, int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
-  int64_t Q = kFsRowBytes / (npad * (int64_t)sizeof(float)); /* queries per launch */
-  Q = Q / kSfWarps * kSfWarps;
-  if (Q > m) Q = m;
   bool smem_rows = npad <= kFsSmemRefs;
+  int64_t Q = kFsRowBytes / (npad * (int64_t)sizeof(float)); /* queries per launch with rows in global memory */
+  Q = Q / kSfWarps * kSfWarps;
+  if (smem_rows || Q > m) Q = m;
   if (!smem_rows)
     SS_TRY(ws_ensure(ctx, &dv->fvals, (size_t)Q * (size_t)npad * sizeof(float), "KNN fused distance rows"));
   fs_kernel kern = kFusedSmall[lean_s_class(o->k)][smem_rows ? lean_pl_class(ix->n) : 3];
@@ -1967,7 +1965,7 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
       int64_t Qt = m - q0 < Q ? m - q0 : Q;
       fs_args a;
       a.q = d_query + q0 * ix->d, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn, a.npad = npad;
-      a.m = (int)Qt, a.d = (int)ix->d, a.dpad = dpad, a.Kc = Kc;
+      a.m = (int)Qt, a.d = (int)ix->d, a.dpad = dpad;
       a.vals = (float *)dv->fvals.p;
       finish_out o_t = {out.idx + q0 * o->k, out.dist ? out.dist + q0 * o->k : nullptr, out.cert + q0};
       a.f = make_finish_args(ix, dv, a.q, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, o_t);
