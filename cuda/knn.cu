@@ -101,6 +101,8 @@ struct knn_dev {
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau, ftau;
   ws_buf fvals; /* k_fused_small: m × npad rows */
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
+  float *samp_t = nullptr, *samp_tn = nullptr; /* the filter path's sample view (k_fused_refs), built on first use */
+  ws_buf fl_qt, fl_qn, fl_tau, fl_cnt, fl_lv, fl_li; /* the filter path's queries, thresholds and lists */
   graph_cache graph, gemm_graph, fgraph; /* one-tile search; the benchmark's graph GEMM; fused */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0, 0};
@@ -790,15 +792,16 @@ __global__ void __launch_bounds__(kFthreads, 2) k_fused(fused_args a) {
   }
 }
 
-/* ref_t (dpad × npad: centred references transposed, zeros beyond d and n) and rn (npad norms, +inf
- * beyond n): the fused kernel's coalesced, bounds-free view of the references. */
-__global__ void k_fused_refs(const float *ref_c, const float *norm, int64_t n, int d, int dpad, int64_t npad,
-                             float *ref_t, float *rn) {
+/* ref_t (dpad × npad: centred references transposed, zeros beyond d and count) and rn (npad norms, +inf
+ * beyond count): the fused kernels' coalesced, bounds-free view of `count` of the n references, column c
+ * holding reference c n / count (all of them in order when count = n; the filter path's strided sample). */
+__global__ void k_fused_refs(const float *ref_c, const float *norm, int64_t n, int64_t count, int d, int dpad,
+                             int64_t npad, float *ref_t, float *rn) {
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (int64_t)dpad * npad;
        t += (int64_t)gridDim.x * blockDim.x) {
-    int64_t k = t / npad, r = t % npad;
-    ref_t[t] = k < d && r < n ? ref_c[r * d + k] : 0.0f;
-    if (k == 0) rn[r] = r < n ? norm[r] : INFINITY;
+    int64_t k = t / npad, c = t % npad, r = c * n / count;
+    ref_t[t] = k < d && c < count ? ref_c[r * d + k] : 0.0f;
+    if (k == 0) rn[c] = c < count ? norm[r] : INFINITY;
   }
 }
 
@@ -1163,15 +1166,24 @@ struct lean_shared {
   int need_scan[kSfWarps];
 };
 
-/* Row sources of the lean selection: element t of a warp's part (+inf beyond len). */
+/* Row sources of the lean selection: element t of a warp's part (+inf beyond len), and its reference index. */
 struct gemm_row { /* the tiled path: the SGEMM's −2 q'·r' plus the norms */
   const float *row, *rn;
   float qn;
+  int i0; /* the part's first reference */
   __device__ float operator()(int t, int len) const { return warp_value(row, rn, qn, t, len); }
+  __device__ int id(int t) const { return i0 + t; }
 };
 struct value_row { /* k_fused_small: the values themselves */
   const float *row;
   __device__ float operator()(int t, int len) const { return t < len ? row[t] : INFINITY; }
+  __device__ int id(int t) const { return t; }
+};
+struct list_row { /* the filter path: a query's candidate list, values and reference indices */
+  const float *v;
+  const int *i;
+  __device__ float operator()(int t, int len) const { return t < len ? v[t] : INFINITY; }
+  __device__ int id(int t) const { return i[t]; }
 };
 
 template <int PL, typename Src>
@@ -1183,8 +1195,7 @@ __device__ __forceinline__ void lean_load(const Src &src, int base, int len, int
 /* Pass 2 of one warp: the indices of its part's values <= y into the query's slots (cnt, ci); v holds pass 1's
  * values when the part is a single pass. */
 template <int PL, typename Src>
-__device__ void lean_filter(const Src &src, int len, int index0, float y, float (&v)[PL], int *cnt, int *ci,
-                            int lane) {
+__device__ void lean_filter(const Src &src, int len, float y, float (&v)[PL], int *cnt, int *ci, int lane) {
   for (int base = 0; base < len; base += PL * kWarp) {
     if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v); /* uniform */
     int mine = 0;
@@ -1203,7 +1214,7 @@ __device__ void lean_filter(const Src &src, int len, int index0, float y, float 
 #pragma unroll
     for (int c = 0; c < PL; c++) {
       if (!(v[c] <= y)) continue;
-      if (pos < kLeanCap) ci[pos] = index0 + base + c * kWarp + lane;
+      if (pos < kLeanCap) ci[pos] = src.id(base + c * kWarp + lane);
       pos++;
     }
   }
@@ -1254,11 +1265,11 @@ __device__ __forceinline__ void reg_sort32(V &v, int &ix, int lane) {
 }
 
 /* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
- * part (len references from index0, read through src); S: seed values per lane. Called by every thread of the
- * block (barriers); leaves ls.need_scan[ql] for finish_block_scans. */
+ * part (len values read through src); S: seed values per lane. Called by every thread of the block
+ * (barriers); leaves ls.need_scan[ql] for finish_block_scans. */
 template <int PL, int S, typename Src>
-__device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int index0, int W, int ql, int part,
-                                   int64_t qq, bool valid, lean_shared &ls, int w, int lane) {
+__device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
+                                   bool valid, lean_shared &ls, int w, int lane) {
   if (part == 0 && lane == 0) ls.cnt[ql] = 0;
   double qn = valid ? finish_query_norm(f, qq, lane) : 0.0; /* the queries are inputs: off the chain below */
   if (part == 0 && f.d <= kWarp) ls.qd[ql][lane] = valid && lane < f.d ? (double)f.q[qq * f.d + lane] : 0.0;
@@ -1277,7 +1288,7 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
   /* y = x + 2E rounded down to a float: v <= y exactly when v <= x + 2E */
   float y = x < INFINITY ? __double2float_rd((double)x + 2.0 * ss_knn_error_bound(f.d, sqrt(qn), f.ref_norm_max))
                          : INFINITY;
-  if (valid && x < INFINITY) lean_filter<PL>(src, len, index0, y, v, &ls.cnt[ql], ls.ci[ql], lane);
+  if (valid && x < INFINITY) lean_filter<PL>(src, len, y, v, &ls.cnt[ql], ls.ci[ql], lane);
   __syncthreads(); /* the query's candidates are complete */
   int P = ls.cnt[ql];
   bool over = !(x < INFINITY) || P > kLeanCap, one = P <= kWarp; /* one: a candidate per lane */
@@ -1330,8 +1341,8 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_a
   int64_t q0 = (int64_t)blockIdx.x * qpb, qq = q0 + ql;
   bool valid = qq < a.m; /* uniform across the query's warps */
   int begin = part * a.chunk, len = valid ? max(0, min(a.chunk, t.Rt - begin)) : 0;
-  gemm_row src = {t.dist + qq * t.ld + begin, t.rnorm + begin, valid ? t.qnorm[qq] : 0.0f};
-  lean_select_finish<PL, S>(a.f, src, len, t.r0 + begin, a.W, ql, part, qq, valid, ls, w, lane);
+  gemm_row src = {t.dist + qq * t.ld + begin, t.rnorm + begin, valid ? t.qnorm[qq] : 0.0f, t.r0 + begin};
+  lean_select_finish<PL, S>(a.f, src, len, a.W, ql, part, qq, valid, ls, w, lane);
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
 }
@@ -1381,16 +1392,10 @@ struct fs_args {
   finish_args f;
 };
 
-template <int PL, int S, bool kSmemRows>
-__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_fused_small(fs_args a) {
-  /* the fallback scan's buffer; with kSmemRows first the block's rows, which are dead before any scan */
-  extern __shared__ __align__(16) unsigned char sm_fs[];
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
-  __shared__ float qn_s[kSfWarps];
-  __shared__ lean_shared ls;
+/* A block's kSfWarps queries from q0, centred into qs (transposed, zero-padded to dpad: a coordinate's kSfWarps
+ * values are two float4 broadcasts), and their float norms into qn_s. Ends with a barrier. */
+__device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[kSfWarps], float *qn_s) {
   int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp;
-  int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
-  bool valid = qq < a.m;
   for (int t = tid; t < kSfWarps * a.dpad; t += kSfThreads) { /* row-major reads: coalesced */
     int i = t / a.dpad, j = t % a.dpad;
     qs[j][i] = q0 + i < a.m && j < a.d ? a.q[(q0 + i) * a.d + j] - a.mean[j] : 0.0f;
@@ -1401,11 +1406,17 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_fused_small(fs_arg
   for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
   if (lane == 0) qn_s[w] = s;
   __syncthreads();
+}
+
+/* The rows max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's queries against the npad columns of a.ref_t (row i at
+ * rows + i npad; queries beyond a.m skipped). */
+__device__ void fs_distances(const fs_args &a, int64_t q0, const float (*qs)[kSfWarps], const float *qn_s,
+                             float *rows) {
+  int tid = threadIdx.x;
   float qn[kSfWarps];
 #pragma unroll
   for (int i = 0; i < kSfWarps; i++) qn[i] = qn_s[i];
   const float4 *qs4 = (const float4 *)&qs[0][0];
-  float *rows = kSmemRows ? (float *)sm_fs : a.vals + q0 * a.npad;
   for (int64_t r = (int64_t)kFsRefs * tid; r < a.npad; r += (int64_t)kFsRefs * kSfThreads) {
     float acc[kSfWarps][kFsRefs] = {};
     const float *col = a.ref_t + r;
@@ -1441,9 +1452,24 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_fused_small(fs_arg
       *(float4 *)(rows + i * a.npad + r) = make_float4(o[0], o[1], o[2], o[3]);
     }
   }
+}
+
+template <int PL, int S, bool kSmemRows>
+__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_fused_small(fs_args a) {
+  /* the fallback scan's buffer; with kSmemRows first the block's rows, which are dead before any scan */
+  extern __shared__ __align__(16) unsigned char sm_fs[];
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
+  __shared__ float qn_s[kSfWarps];
+  __shared__ lean_shared ls;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
+  bool valid = qq < a.m;
+  float *rows = kSmemRows ? (float *)sm_fs : a.vals + q0 * a.npad;
+  fs_centre(a, q0, qs, qn_s);
+  fs_distances(a, q0, qs, qn_s, rows);
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
   value_row src = {rows + w * a.npad};
-  lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 0, 1, w, 0, qq, valid, ls, w, lane);
+  lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, ls, w, lane);
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < kSfWarps ? a.m - q0 : kSfWarps), sm_fs);
 }
@@ -1455,6 +1481,263 @@ const fs_kernel kFusedSmall[2][4] = {
     {k_fused_small<kSfMinPerLane, 4, true>, k_fused_small<2 * kSfMinPerLane, 4, true>,
      k_fused_small<kSfMaxPerLane, 4, true>, k_fused_small<kSfMaxPerLane, 4, false>}};
 static_assert(kFsSmemRefs >= kSfMaxPerLane * kWarp, "the global-row variant has one pass width");
+
+/* ---- filter path (n > kSfMaxRefs, K' <= 64, d <= 256): seed, filter, list finish ----------------------
+ * Five launches per batch of queries, no n-wide distance matrix:
+ *  1. k_filter_centre: the queries centred and transposed (qt, dpad × mpad, zeros beyond d and m), their float
+ *     norms (qn).
+ *  2. k_filter<true>: the values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) against a strided sample of the references
+ *     (the sample view, built once per index), written as rows (m × sample, L2-resident).
+ *  3. k_filter_seed: per query (a warp) the seed x of its sample row (seed_kth: the k-th of the lanes' S
+ *     smallest) and tau = x + 2E rounded down. The k sample references with values <= x have exact distances
+ *     <= x + E, so the k-th exact distance is <= x + E too, and every reference of the true k nearest has a
+ *     value <= x + 2E (E: ss_knn_error_bound, which holds for these values in any summation order).
+ *  4. k_filter<false>: the same values for every (query, reference), those <= tau appended to the query's
+ *     candidate list (a global atomic per candidate: ~k n / sample per query on random rows).
+ *  5. k_list_finish: lean_select_finish over each list (W = 1; its seed-and-band argument holds for any set
+ *     that contains the true k nearest); a list that overflowed its capacity goes to the block's exact scan.
+ * k_filter is register-tiled like an SGEMM: kFlQ queries × kFlR references a block tile, kFlT × kFlT values a
+ * thread, shared-memory slices of kFlK coordinates double-buffered through registers, the slice loop running
+ * on across a block's reference tiles so that the next tile's first slice loads during the last one's
+ * arithmetic. Measured against k_fused (a warp queue inside the distance kernel) on the H100: docs/knn.md. */
+constexpr int kFlQ = 128, kFlR = kFr; /* block tile: queries × references (kFr: ref_t's padding) */
+constexpr int kFlT = 8;               /* thread tile: kFlT × kFlT values, two float4 halves each way */
+constexpr int kFlK = kFdimStep;       /* coordinates per shared-memory slice (dpad is a multiple) */
+constexpr int kFlThreads = (kFlQ / kFlT) * (kFlR / kFlT);
+constexpr int kFlBlocksPerSm = 2; /* the registers of 64 accumulators a thread allow two */
+/* sample references: n / kFlSampleDiv within [kFlMinSample, kFlMaxSample] (all of them when fewer), so that
+ * ~kFlSampleDiv k candidates pass per query while the sample costs ~1 / kFlSampleDiv of the filter */
+constexpr int64_t kFlSampleDiv = 8, kFlMinSample = 1024, kFlMaxSample = 4096;
+/* list capacity: kFlListSlack × the expected k n / sample candidates, a power of two in [kFlMinList, kFlMaxList];
+ * queries per batch so that the lists take at most kFlListBytes */
+constexpr int64_t kFlListSlack = 4, kFlMinList = 256, kFlMaxList = 4096;
+constexpr int64_t kFlListBytes = (int64_t)256 << 20;
+constexpr bool kFilterPath = true;
+static_assert(kFlThreads == 256 && kFlK * kFlQ / 4 == kFlThreads && kFlK * kFlR / 4 == kFlThreads,
+              "one float4 of each slice per thread");
+static_assert(kFlQ % kSfWarps == 0 && kFlQ == kFlR, "centring blocks tile the padded queries; square tiles");
+
+struct flt_seed_args {
+  fs_args s; /* the batch's queries (s.q, s.mean, s.m, s.d, s.dpad) and s.f for the bound */
+  float *qt, *qn, *tau;
+  const float *vals; /* the sample rows (m × nspad) */
+  int *cnt;
+  int64_t mpad, nspad;
+  int k;
+};
+
+__global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
+  __shared__ float qn_s[kSfWarps];
+  int tid = threadIdx.x;
+  int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
+  fs_centre(a.s, q0, qs, qn_s);
+  for (int t = tid; t < kSfWarps * a.s.dpad; t += kSfThreads) /* zeros beyond d and beyond m */
+    a.qt[(int64_t)(t / kSfWarps) * a.mpad + q0 + t % kSfWarps] = qs[t / kSfWarps][t % kSfWarps];
+  if (tid < kSfWarps) a.qn[q0 + tid] = qn_s[tid];
+}
+
+template <int S>
+__global__ void __launch_bounds__(kSfThreads) k_filter_seed(flt_seed_args a) {
+  int lane = threadIdx.x % kWarp;
+  int64_t qq = (int64_t)blockIdx.x * kSfWarps + threadIdx.x / kWarp;
+  if (qq >= a.mpad) return; /* whole warps */
+  bool valid = qq < a.s.m;
+  float m[S];
+#pragma unroll
+  for (int t = 0; t < S; t++) m[t] = INFINITY;
+  const float4 *row = (const float4 *)(a.vals + qq * a.nspad);
+  if (valid)
+    for (int64_t t = lane; t < a.nspad / 4; t += kWarp) {
+      float4 v = row[t];
+      seed_insert<S>(m, v.x), seed_insert<S>(m, v.y), seed_insert<S>(m, v.z), seed_insert<S>(m, v.w);
+    }
+  float x = seed_kth<S>(m, a.k);
+  double qn = valid ? finish_query_norm(a.s.f, qq, lane) : 0.0;
+  if (lane) return;
+  /* y = x + 2E rounded down to a float: v <= y exactly when v <= x + 2E; padding queries take nothing */
+  float y = !valid ? -1.0f
+            : x < INFINITY ? __double2float_rd((double)x + 2.0 * ss_knn_error_bound(a.s.d, sqrt(qn), a.s.f.ref_norm_max))
+                           : INFINITY;
+  a.tau[qq] = y;
+  a.cnt[qq] = 0;
+}
+
+struct flt_args {
+  const float *qt, *qn, *tau, *ref_t, *rn;
+  int64_t mpad, npad;
+  int dpad, ntiles, tiles_per_split, cap;
+  int *cnt;
+  float *lv; /* k_filter<false>: the lists (values, indices); k_filter<true>: the rows (mpad × npad) */
+  int *li;
+};
+
+/* Element e of a thread's tile row or column: the two float4 halves kFlQ / 2 apart. */
+__device__ __forceinline__ int fl_pos(int t, int e) { return e < kFlT / 2 ? t * 4 + e : kFlQ / 2 + t * 4 + e - 4; }
+
+/* r[j] for a run-time j by selects (indexing a register array at run time would put it in local memory) */
+__device__ __forceinline__ float pick8(const float (&r)[8], int j) {
+  float a = j & 1 ? r[1] : r[0], b = j & 1 ? r[3] : r[2], c = j & 1 ? r[5] : r[4], d = j & 1 ? r[7] : r[6];
+  float lo = j & 2 ? b : a, hi = j & 2 ? d : c;
+  return j & 4 ? hi : lo;
+}
+
+constexpr int kFlRowGroup = 4; /* rows of a thread tile whose appends share one round of atomics */
+constexpr int kFlSeg = kFlR / kFlT; /* lanes of a warp on the same queries (same ty) */
+static_assert(kWarp % kFlSeg == 0, "a warp holds whole segments");
+static_assert(kFlRowGroup <= 4 && kFlT * kFlSeg <= 255, "a row group's segment counts packed in bytes");
+
+/* The values of one block tile: written as rows (kValues), or those <= their query's tau appended. Appends are
+ * aggregated per (segment of lanes sharing the queries, row): one atomic reserves the segment's slots, and the
+ * atomics of kFlRowGroup rows are in flight together (one atomic per candidate, each waited on in divergent
+ * code, made the kernel 2-3 times slower). */
+template <bool kValues>
+__device__ __forceinline__ void filter_tile_out(const flt_args &a, int64_t q0, int64_t r0, int tx, int ty,
+                                                const float *tau_s, const float *qn_s, float (&acc)[kFlT][kFlT]) {
+  float4 n0 = __ldg((const float4 *)(a.rn + r0 + tx * 4)), n1 = __ldg((const float4 *)(a.rn + r0 + kFlR / 2 + tx * 4));
+  const float rn[kFlT] = {n0.x, n0.y, n0.z, n0.w, n1.x, n1.y, n1.z, n1.w};
+  /* the tiled path's value before its clamp at 0: the filter decides on it (tau >= 0, so the clamp cannot change
+   * a decision) and clamps only what it stores */
+#pragma unroll
+  for (int i = 0; i < kFlT; i++) {
+    float qv = qn_s[fl_pos(ty, i)];
+#pragma unroll
+    for (int j = 0; j < kFlT; j++) acc[i][j] = qv + rn[j] + -2.0f * acc[i][j];
+  }
+  if (kValues) {
+#pragma unroll
+    for (int i = 0; i < kFlT; i++) {
+      float *row = a.lv + (q0 + fl_pos(ty, i)) * a.npad + r0;
+      *(float4 *)(row + fl_pos(tx, 0)) = make_float4(fmaxf(acc[i][0], 0.0f), fmaxf(acc[i][1], 0.0f),
+                                                      fmaxf(acc[i][2], 0.0f), fmaxf(acc[i][3], 0.0f));
+      *(float4 *)(row + fl_pos(tx, 4)) = make_float4(fmaxf(acc[i][4], 0.0f), fmaxf(acc[i][5], 0.0f),
+                                                      fmaxf(acc[i][6], 0.0f), fmaxf(acc[i][7], 0.0f));
+    }
+  }
+#pragma unroll
+  for (int g = 0; !kValues && g < kFlT; g += kFlRowGroup) {
+    unsigned mk[kFlRowGroup], c = 0; /* c: the rows' hit counts, a byte each (<= kFlT kFlSeg = 128) */
+#pragma unroll
+    for (int u = 0; u < kFlRowGroup; u++) {
+      float tq = tau_s[fl_pos(ty, g + u)];
+      mk[u] = 0;
+#pragma unroll
+      for (int j = 0; j < kFlT; j++) mk[u] |= (unsigned)(acc[g + u][j] <= tq) << j;
+      c |= (unsigned)__popc(mk[u]) << (8 * u);
+    }
+    unsigned incl = c; /* inclusive counts over the segment, all rows of the group in one scan */
+#pragma unroll
+    for (int o = 1; o < kFlSeg; o <<= 1) {
+      unsigned z = __shfl_up_sync(kFull, incl, o, kFlSeg);
+      if (tx >= o) incl += z;
+    }
+    unsigned excl = incl - c;
+    int base[kFlRowGroup];
+#pragma unroll
+    for (int u = 0; u < kFlRowGroup; u++) {
+      int tot = incl >> (8 * u) & 0xff;
+      base[u] = tx == kFlSeg - 1 && tot ? atomicAdd(a.cnt + q0 + fl_pos(ty, g + u), tot) : 0;
+    }
+#pragma unroll
+    for (int u = 0; u < kFlRowGroup; u++) {
+      int p = __shfl_sync(kFull, base[u], kFlSeg - 1, kFlSeg) + (int)(excl >> (8 * u) & 0xff);
+      int64_t q = q0 + fl_pos(ty, g + u);
+      /* the lane's hits of the row, one per iteration (hits are rare: a loop, not kFlT predicated slots) */
+      for (unsigned b = mk[u]; b; b &= b - 1, p++) {
+        int j = __ffs(b) - 1;
+        if (p < a.cap) /* beyond the capacity: counted, so the list finish scans the query */
+          a.lv[q * a.cap + p] = fmaxf(pick8(acc[g + u], j), 0.0f), a.li[q * a.cap + p] = (int)(r0 + fl_pos(tx, j));
+      }
+    }
+  }
+}
+
+/* 16 bytes global -> shared without registers (sm_80+), and the waits on them */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+template <bool kValues>
+__global__ void __launch_bounds__(kFlThreads, kFlBlocksPerSm) k_filter(flt_args a) {
+  __shared__ __align__(16) float As[2][kFlK][kFlQ];
+  __shared__ __align__(16) float Bs[2][kFlK][kFlR];
+  __shared__ float tau_s[kFlQ], qn_s[kFlQ];
+  int tid = threadIdx.x, tx = tid % (kFlR / kFlT), ty = tid / (kFlR / kFlT);
+  int64_t q0 = (int64_t)blockIdx.x * kFlQ;
+  if (tid < kFlQ) tau_s[tid] = kValues ? 0.0f : a.tau[q0 + tid], qn_s[tid] = a.qn[q0 + tid];
+  int lr = tid / (kFlQ / 4), lc = tid % (kFlQ / 4) * 4; /* this thread's float4 of each slice */
+  int tile = blockIdx.y * a.tiles_per_split, t_end = min(a.ntiles, tile + a.tiles_per_split);
+  /* the slice after the current one is the next tile's first after a tile's last: loaded during its arithmetic */
+  const float *ap = a.qt + (int64_t)lr * a.mpad + q0 + lc;
+  const float *bp = a.ref_t + (int64_t)lr * a.npad + (int64_t)tile * kFlR + lc;
+  cp_async16(&As[0][lr][lc], ap);
+  cp_async16(&Bs[0][lr][lc], bp);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncthreads();
+  int buf = 0;
+  for (; tile < t_end; tile++) {
+    float acc[kFlT][kFlT] = {};
+    for (int k0 = 0; k0 < a.dpad; k0 += kFlK) {
+      int nk = k0 + kFlK;
+      const float *nb = bp + (int64_t)nk * a.npad; /* the next slice, this tile */
+      if (nk == a.dpad) nk = 0, nb = bp + kFlR;     /* the next tile's first */
+      if (nk || tile + 1 < t_end) { /* uniform; into the other buffer, last read before the previous barrier */
+        cp_async16(&As[buf ^ 1][lr][lc], ap + (int64_t)nk * a.mpad);
+        cp_async16(&Bs[buf ^ 1][lr][lc], nb);
+        cp_async_commit();
+      }
+#pragma unroll
+      for (int kk = 0; kk < kFlK; kk++) {
+        float4 x0 = *(const float4 *)&As[buf][kk][ty * 4], x1 = *(const float4 *)&As[buf][kk][kFlQ / 2 + ty * 4];
+        float4 y0 = *(const float4 *)&Bs[buf][kk][tx * 4], y1 = *(const float4 *)&Bs[buf][kk][kFlR / 2 + tx * 4];
+        const float xq[kFlT] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        const float yr[kFlT] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+#pragma unroll
+        for (int i = 0; i < kFlT; i++)
+#pragma unroll
+          for (int j = 0; j < kFlT; j++) acc[i][j] = fmaf(xq[i], yr[j], acc[i][j]);
+      }
+      if (nk == 0) filter_tile_out<kValues>(a, q0, (int64_t)tile * kFlR, tx, ty, tau_s, qn_s, acc);
+      cp_async_wait_all();
+      __syncthreads();
+      buf ^= 1;
+    }
+    bp += kFlR;
+  }
+}
+
+struct lf_args {
+  const float *lv;
+  const int *li, *cnt;
+  int cap;
+  int64_t m;
+  finish_args f;
+};
+
+template <int PL, int S>
+__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_list_finish(lf_args a) {
+  extern __shared__ __align__(16) unsigned char sm_lf[]; /* the fallback scan's buffer */
+  __shared__ lean_shared ls;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
+  bool valid = qq < a.m;
+  int c = valid ? a.cnt[qq] : 0;
+  list_row src = {a.lv + qq * a.cap, a.li + qq * a.cap};
+  /* an overflowed list is passed empty: no seed, so the query is scanned */
+  lean_select_finish<PL, S>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, ls, w, lane);
+  __syncthreads();
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < kSfWarps ? a.m - q0 : kSfWarps), sm_lf);
+}
+using flt_seed_kernel = void (*)(flt_seed_args);
+using lf_kernel = void (*)(lf_args);
+const flt_seed_kernel kFilterSeed[2] = {k_filter_seed<2>, k_filter_seed<4>};
+const lf_kernel kListFinish[2][3] = {
+    {k_list_finish<kSfMinPerLane, 2>, k_list_finish<2 * kSfMinPerLane, 2>, k_list_finish<kSfMaxPerLane, 2>},
+    {k_list_finish<kSfMinPerLane, 4>, k_list_finish<2 * kSfMinPerLane, 4>, k_list_finish<kSfMaxPerLane, 4>}};
 
 int next_pow2(int64_t x) {
   int p = 1;
@@ -1527,7 +1810,7 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
 size_t ws_held(const knn_dev *dv) {
   const ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
                        &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau,
-                       &dv->fvals};
+                       &dv->fvals, &dv->fl_qt, &dv->fl_qn, &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv, &dv->fl_li};
   size_t s = 0;
   for (const ws_buf *x : b) s += x->bytes;
   return s;
@@ -1927,14 +2210,15 @@ void fused_plan(const knn_dev *dv, int64_t m, int64_t n, int Kc, int64_t blocks_
   a->nsplit = (int)ceil_div(ntiles, a->tiles_per_split);
 }
 
-/* The fused kernel's reference view, built once per index on the first fused search. */
-ss_status fused_refs(ss_ctx *ctx, const ss_knn_index *ix, knn_dev *dv, int dpad, int64_t npad, cudaStream_t s) {
-  if (dv->ref_t) return SS_OK;
-  SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_t, (int64_t)dpad * npad, "KNN transposed references"));
-  SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_tn, npad, "KNN padded reference norms"));
-  int64_t count = (int64_t)dpad * npad, blocks = ceil_div(count, kThreads);
+/* A reference view for the fused kernels (k_fused_refs: `count` columns of npad), built once per index. */
+ss_status fused_view(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, int dpad, int64_t count, int64_t npad,
+                     float **view, float **norms, cudaStream_t s) {
+  if (*view) return SS_OK;
+  SS_TRY(SS_CUDA_ALLOC(ctx, *view, (int64_t)dpad * npad, "KNN transposed references"));
+  SS_TRY(SS_CUDA_ALLOC(ctx, *norms, npad, "KNN padded reference norms"));
+  int64_t cells = (int64_t)dpad * npad, blocks = ceil_div(cells, kThreads);
   unsigned grid = (unsigned)(blocks < 65535 ? blocks : 65535);
-  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, (int)ix->d, dpad, npad, dv->ref_t, dv->ref_tn);
+  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, *view, *norms);
   SS_CUDA_TRY_LAUNCH(ctx, "knn fused reference view");
   return SS_OK;
 }
@@ -1992,6 +2276,97 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   return SS_OK;
 }
 
+/* Reference tiles per k_filter block: the fewest waves × tiles per block over the splits (a block holds its
+ * query tile's thresholds and norms across its tiles; the last wave should be full). */
+int filter_tiles_per_split(int64_t qtiles, int64_t ntiles, int sm_count) {
+  int64_t slots = (int64_t)kFlBlocksPerSm * sm_count, best = 1, best_cost = INT64_MAX;
+  for (int64_t t = 1; t <= ntiles; t++) {
+    int64_t blocks = qtiles * ceil_div(ntiles, t), cost = ceil_div(blocks, slots) * t;
+    if (cost <= best_cost) best = t, best_cost = cost;
+  }
+  return (int)best;
+}
+
+/* The filter path (above) for m queries, in batches whose lists fit kFlListBytes. */
+ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
+                        int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
+  knn_dev *dv = (knn_dev *)ix->cuda;
+  cudaStream_t s = ss_cuda_stream(ix->be);
+  int64_t n = ix->n, k = o->k;
+  int64_t ns = n / kFlSampleDiv;
+  ns = ns < kFlMinSample ? kFlMinSample : ns > kFlMaxSample ? kFlMaxSample : ns;
+  if (ns > n) ns = n;
+  int64_t nspad = ceil_div(ns, kFlR) * kFlR;
+  SS_TRY(fused_view(ctx, ix, dv, dpad, ns, nspad, &dv->samp_t, &dv->samp_tn, s));
+  int64_t cap = next_pow2(kFlListSlack * ceil_div(k * n, ns));
+  cap = cap < kFlMinList ? kFlMinList : cap > kFlMaxList ? kFlMaxList : cap;
+  int64_t Q = kFlListBytes / (cap * (int64_t)(sizeof(float) + sizeof(int))) / kFlQ * kFlQ;
+  int64_t mpad = ceil_div(m, kFlQ) * kFlQ;
+  if (Q > mpad) Q = mpad;
+  SS_TRY(ws_ensure(ctx, &dv->fl_qt, (size_t)(Q * dpad) * sizeof(float), "KNN filter queries"));
+  SS_TRY(ws_ensure(ctx, &dv->fl_qn, (size_t)Q * sizeof(float), "KNN filter query norms"));
+  SS_TRY(ws_ensure(ctx, &dv->fl_tau, (size_t)Q * sizeof(float), "KNN filter thresholds"));
+  SS_TRY(ws_ensure(ctx, &dv->fl_cnt, (size_t)Q * sizeof(int), "KNN filter list lengths"));
+  SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * (cap > nspad ? cap : nspad)) * sizeof(float), "KNN filter lists"));
+  SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int), "KNN filter lists"));
+  flt_seed_kernel seed = kFilterSeed[lean_s_class(k)];
+  lf_kernel fin = kListFinish[lean_s_class(k)][lean_pl_class(cap / kFlListSlack * 2)];
+  size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)k, nullptr,
+                                                        out).P2);
+  int64_t qtiles = Q / kFlQ, ntiles = npad / kFlR, stiles = nspad / kFlR;
+  int tps = filter_tiles_per_split(qtiles, ntiles, dv->sm_count), stps = filter_tiles_per_split(qtiles, stiles,
+                                                                                                 dv->sm_count);
+  auto launch = [&]() -> ss_status {
+    for (int64_t q0 = 0; q0 < m; q0 += Q) {
+      int64_t Qt = m - q0 < Q ? m - q0 : Q, Qtpad = ceil_div(Qt, kFlQ) * kFlQ;
+      finish_out o_t = {out.idx + q0 * k, out.dist ? out.dist + q0 * k : nullptr, out.cert + q0};
+      finish_args f = make_finish_args(ix, dv, d_query + q0 * ix->d, nullptr, nullptr, Kc, Kc, (int)k, nullptr, o_t);
+      flt_seed_args sa;
+      memset(&sa, 0, sizeof(sa));
+      sa.s.q = f.q, sa.s.mean = dv->mean, sa.s.m = (int)Qt, sa.s.d = (int)ix->d, sa.s.dpad = dpad, sa.s.f = f;
+      sa.qt = (float *)dv->fl_qt.p, sa.qn = (float *)dv->fl_qn.p, sa.tau = (float *)dv->fl_tau.p;
+      sa.vals = (const float *)dv->fl_lv.p, sa.cnt = (int *)dv->fl_cnt.p;
+      sa.mpad = Qtpad, sa.nspad = nspad, sa.k = (int)k;
+      unsigned qblocks = (unsigned)(Qtpad / kSfWarps);
+      k_filter_centre<<<qblocks, kSfThreads, 0, s>>>(sa);
+      SS_CUDA_TRY_LAUNCH(ctx, "knn filter query centring");
+      flt_args fa;
+      fa.qt = sa.qt, fa.qn = sa.qn, fa.tau = sa.tau, fa.ref_t = dv->samp_t, fa.rn = dv->samp_tn;
+      fa.mpad = Qtpad, fa.npad = nspad, fa.dpad = dpad, fa.ntiles = (int)stiles, fa.tiles_per_split = stps;
+      fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.li = (int *)dv->fl_li.p;
+      k_filter<true><<<dim3((unsigned)(Qtpad / kFlQ), (unsigned)ceil_div(stiles, stps)), kFlThreads, 0, s>>>(fa);
+      SS_CUDA_TRY_LAUNCH(ctx, "knn filter sample values");
+      seed<<<qblocks, kSfThreads, 0, s>>>(sa);
+      SS_CUDA_TRY_LAUNCH(ctx, "knn filter seed");
+      fa.ref_t = dv->ref_t, fa.rn = dv->ref_tn, fa.npad = npad, fa.ntiles = (int)ntiles, fa.tiles_per_split = tps;
+      k_filter<false><<<dim3((unsigned)(Qtpad / kFlQ), (unsigned)ceil_div(ntiles, tps)), kFlThreads, 0, s>>>(fa);
+      SS_CUDA_TRY_LAUNCH(ctx, "knn filter");
+      lf_args la;
+      la.lv = fa.lv, la.li = fa.li, la.cnt = fa.cnt, la.cap = (int)cap, la.m = Qt, la.f = f;
+      fin<<<(unsigned)ceil_div(Qt, kSfWarps), kSfThreads, scan_bytes, s>>>(la);
+      SS_CUDA_TRY_LAUNCH(ctx, "knn filter list finish");
+    }
+    return SS_OK;
+  };
+  graph_key key;
+  memset(&key, 0, sizeof(key));
+  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->fl_qt.p, dv->fl_qn.p, dv->fl_tau.p, dv->fl_cnt.p,
+                     dv->fl_lv.p, dv->fl_li.p, dv->samp_t, dv->ref_t};
+  static_assert(sizeof(p) / sizeof(p[0]) <= sizeof(key.ptr) / sizeof(key.ptr[0]), "graph key pointers");
+  memcpy(key.ptr, p, sizeof(p));
+  const int64_t v[] = {m, (int64_t)Kc * 65536 + k, -2, cap};
+  memcpy(key.val, v, sizeof(v));
+  bool graphed = false;
+  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
+  if (stats) {
+    stats->strategy = SS_KNN_WARP; /* reported as the warp strategy: one warp per query selects */
+    stats->query_tile = kFlQ;
+    stats->ref_tile = (int64_t)tps * kFlR;
+    stats->graph = graphed;
+  }
+  return SS_OK;
+}
+
 /* The fused path: the distance-and-selection kernel, then the per-warp finish (which also resets the
  * shared thresholds), both on the backend stream; repeated calls with the same key replay them as a
  * CUDA graph (graph_run). Up to kSfMaxRefs references: k_fused_small alone. */
@@ -2002,8 +2377,9 @@ ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   fused_args a;
   a.dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep);
   a.npad = ceil_div(ix->n, kFr) * kFr;
-  SS_TRY(fused_refs(ctx, ix, dv, a.dpad, a.npad, s));
+  SS_TRY(fused_view(ctx, ix, dv, a.dpad, ix->n, a.npad, &dv->ref_t, &dv->ref_tn, s));
   if (ix->n <= kSfMaxRefs) return fused_small_search(ctx, ix, o, d_query, m, Kc, a.dpad, a.npad, out, stats);
+  if (kFilterPath) return filter_search(ctx, ix, o, d_query, m, Kc, a.dpad, a.npad, out, stats);
   fused_plan(dv, m, ix->n, Kc, o->fused_blocks_per_sm, &a);
   size_t lists = (size_t)m * (size_t)a.nsplit * (size_t)Kc, tau_bytes = dv->ftau.bytes;
   SS_TRY(ws_ensure(ctx, &dv->part_v, lists * sizeof(float), "KNN partial lists"));
@@ -2169,9 +2545,10 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   if (dv->sel) cudaStreamSynchronize(dv->sel);
   cudaFree(dv->ref), cudaFree(dv->ref_c), cudaFree(dv->ref_norm), cudaFree(dv->mean);
   ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau, &dv->fvals};
+                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau, &dv->fvals,
+                 &dv->fl_qt, &dv->fl_qn, &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv, &dv->fl_li};
   for (ws_buf *x : b) cudaFree(x->p);
-  cudaFree(dv->ref_t), cudaFree(dv->ref_tn);
+  cudaFree(dv->ref_t), cudaFree(dv->ref_tn), cudaFree(dv->samp_t), cudaFree(dv->samp_tn);
   if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);
   if (dv->fgraph.exec) cudaGraphExecDestroy(dv->fgraph.exec);
   if (dv->gemm_graph.exec) cudaGraphExecDestroy(dv->gemm_graph.exec);
