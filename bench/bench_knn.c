@@ -11,10 +11,9 @@
  *              search (auto strategy) with 1024, 4096 (the default) and 8192 references per warp of the one-tile
  *              selection-and-finish kernel (ss_knn_opts.warp_chunk; warps per query = next_pow2(n / chunk) <= 8)
  * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--no-large] [--grid-only]
- *                  [--fused-sweep] [--qtile-sweep] [--sweeps-only] [--case M N D K]
+ *                  [--qtile-sweep] [--sweeps-only] [--case M N D K]
  *   (--quick: small sizes, for a smoke run without a GPU; the others skip parts, for short runs
- *   (--grid-only: the grid alone, no large cases, chunks or crossover; --fused-sweep: also the fused path's
- *   splits at 2, 4 and 8 target blocks per SM, group "fused_splits"; --qtile-sweep: the tiled path with 4096
+ *   (--grid-only: the grid alone, no large cases, chunks or crossover; --qtile-sweep: the tiled path with 4096
  *   (one tile), 256 and 128 queries per distance tile, group "query_tiles"; --sweeps-only: only the sweeps asked for);
  *   --case: that one case alone, group "probe", e.g. under a profiler) */
 #include <math.h>
@@ -167,14 +166,11 @@ typedef struct {
   int knob;       /* KNOB_*: the ss_knn_opts field swept */
 } knob_sweep;
 
-enum { KNOB_WARP_CHUNK = 0, KNOB_FUSED_BLOCKS_PER_SM, KNOB_QUERY_TILE };
+enum { KNOB_WARP_CHUNK = 0, KNOB_QUERY_TILE };
 
 /* References per warp of the one-tile selection-and-finish kernel (ss_knn_opts.warp_chunk), on the tiled path. */
 static const knob_sweep CHUNK_SWEEP = {"chunks", "device_s_chunk", "chunk", {32, 128}, {1024, 4096, 8192},
                                        CHUNK_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_WARP_CHUNK};
-/* The fused path's reference splits (ss_knn_opts.fused_blocks_per_sm: target blocks per SM), --fused-sweep. */
-static const knob_sweep FUSED_SWEEP = {"fused_splits", "device_s_bps", "blocks/SM", {32, 256}, {2, 4, 8}, 10,
-                                       SS_KNN_PATH_FUSED, KNOB_FUSED_BLOCKS_PER_SM};
 /* Queries per distance tile on the tiled path (ss_knn_opts.query_tile), --qtile-sweep: a tile of 1,200 x n
  * floats leaves L2 for DRAM at large n; 128 or 256 queries at a time keep it there. */
 static const knob_sweep QTILE_SWEEP = {"query_tiles", "device_s_qtile", "query tile", {32, 128}, {4096, 256, 128},
@@ -200,7 +196,6 @@ static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const k
     ss_knn_opts_from_params(&o, &p);
     o.k = k, o.path = ks->path;
     if (ks->knob == KNOB_WARP_CHUNK) o.warp_chunk = ks->values[vi];
-    else if (ks->knob == KNOB_FUSED_BLOCKS_PER_SM) o.fused_blocks_per_sm = ks->values[vi];
     else o.query_tile = ks->values[vi];
     double t = NAN;
     ss_knn_stats st = {0};
@@ -330,7 +325,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *out = "bench/results/knn_ours.json";
-  int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1, with_large = 1, with_fused_sweep = 0;
+  int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1, with_large = 1;
   int with_qtile_sweep = 0, sweeps_only = 0; /* --sweeps-only: the sweeps asked for, nothing else */
   int64_t probe[4] = {0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
@@ -342,7 +337,6 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-chunks")) with_chunks = 0;
     else if (!strcmp(argv[i], "--no-large")) with_large = 0;
     else if (!strcmp(argv[i], "--grid-only")) with_large = with_chunks = with_crossover = 0;
-    else if (!strcmp(argv[i], "--fused-sweep")) with_fused_sweep = 1;
     else if (!strcmp(argv[i], "--qtile-sweep")) with_qtile_sweep = 1;
     else if (!strcmp(argv[i], "--sweeps-only")) sweeps_only = 1;
     else out = argv[i];
@@ -388,7 +382,6 @@ int main(int argc, char **argv) {
     }
 #if SS_HAVE_CUDA
     if (with_chunks && !quick && !sweeps_only) sweep(&doc, &ctx, g, &CHUNK_SWEEP);
-    if (with_fused_sweep && !quick) sweep(&doc, &ctx, g, &FUSED_SWEEP);
     if (with_qtile_sweep && !quick) sweep(&doc, &ctx, g, &QTILE_SWEEP);
 #endif
     if (with_crossover && !sweeps_only) {

@@ -13,10 +13,10 @@
  *    the three timed on the first tile of the first search of each (GPU, n class, K' class), remembered
  *    for the process.
  *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): up to kSfMaxRefs references one kernel
- *    (k_fused_small: 8 queries a block, distances, lean selection and finish); beyond, one kernel
- *    (k_fused) per (32-query tile, reference split) computes the distances with a register micro-tile and
- *    selects with the warp queue in place, so the distance matrix is never written; then the per-warp
- *    finish: two launches. Both are replayed as a CUDA graph on repeated calls.
+ *    (k_fused_small: 8 queries a block, distances, lean selection and finish); beyond, the filter path:
+ *    a seed threshold per query from a strided sample of the references, a register-tiled kernel that
+ *    appends every value within the threshold to the query's list (the distance matrix is never
+ *    written), and the lean finish over the lists: five launches. Both are replayed as a CUDA graph.
  * `auto` path: where the fused path applies and n <= 65,536, every applicable path is timed on the first
  * search of each size class and the fastest is remembered (calibrate_path); the tiled path beyond.
  * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
@@ -98,7 +98,7 @@ struct knn_dev {
   cudaEvent_t gemm_done[2] = {nullptr, nullptr}, sel_done[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
   cudaEvent_t start = nullptr, done = nullptr; /* join the selection stream to the caller's stream */
   int sm_count = 0;
-  ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau, ftau;
+  ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau;
   ws_buf fvals; /* k_fused_small: m × npad rows */
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
   float *samp_t = nullptr, *samp_tn = nullptr; /* the filter path's sample view (k_fused_refs), built on first use */
@@ -545,252 +545,13 @@ __global__ void k_merge(float *run_v, int *run_i, const float *pv, const int *pi
   for (int t = threadIdx.x; t < Kc; t += blockDim.x) run_v[(int64_t)qq * Kc + t] = av[t], run_i[(int64_t)qq * Kc + t] = ai[t];
 }
 
-/* ---- fused path: distances and selection in one kernel ------------------------------------------
- * Grid: (query tiles of kFq queries) × (reference splits, whole tiles of kFr references each). A block
- * centres its queries once into shared memory (transposed, zero-padded to dpad = d rounded up to
- * kFdimStep) and takes their float norms ‖q'‖², then streams its split tile by tile: kFk-dimension
- * slices of the centred, transposed, zero-padded reference copy (ref_t, dpad × npad, built on the
- * first fused search) pass through shared memory and each thread accumulates kFtq × kFtr dot products
- * (its warp's kFtq queries × kFtr consecutive references) in registers, an SGEMM micro-kernel. Warp w
- * owns queries kFtq w .. kFtq w + kFtq − 1 for the whole block, so the selection needs no block-wide
- * synchronisation: each value max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) — the tiled path's expression — is
- * compared in registers with the query's threshold and survivors enter k_select_warp's queue (sorted
- * 64-entry list + 64 pending entries in shared memory, merged in registers: fused_queue_merge). The
- * threshold is the list's K'-th, the query's shared threshold (every block's K'-th, atomicMin, as in
- * the warp queue) and, from the split's first tile on, seed_from_pairs' rank-count seed over that tile
- * (inclusive, never published).
- * Each block writes its split's sorted K'-list per query: the chunk lists of the per-warp finish.
- * Padding references (beyond n) have norm +inf, so they never pass and need no bounds checks. */
-constexpr int kFq = 32, kFr = 128, kFk = 32;        /* queries per block, references per tile, dims per slice */
-constexpr int kFtq = 4, kFtr = 4;                   /* per thread: its warp's queries × consecutive references */
-constexpr int kFthreads = (kFq / kFtq) * kWarp;     /* a warp per kFtq queries */
-constexpr int kFdimStep = 8;                        /* dpad: d rounded up to this (the unrolled inner loop) */
-constexpr int kFlistP = 2 * kWarpBuf;               /* per query: the warp queue's list (64) + pending (64) */
-constexpr int kFslice4 = kFk * kFr / 4 / kFthreads; /* float4 loads per thread per reference slice */
-constexpr int kFqBatch = 8;                         /* query coordinates each lane loads before storing them */
-/* splits per query tile: enough blocks for kFusedBlocksPerSm per SM (the kernel fits 2 per SM), each split
- * at least kFusedMinSplitTiles tiles (H100 sweep, docs/knn.md: one-tile splits cost more in seeds and
- * finish merges than their parallelism gains) */
-constexpr int kFusedBlocksPerSm = 4;
-constexpr int kFusedMinSplitTiles = 2;
-static_assert(kFr == kWarp * kFtr, "a warp's lanes cover one reference tile");
-static_assert(kFtq == 4 && kFtr == 4, "float4 shared loads");
-static_assert(kFslice4 * kFthreads * 4 == kFk * kFr && kFthreads / kWarp * kFslice4 == kFk, "slice load layout");
-static_assert(SS_KNN_FUSED_MAX_CANDIDATES <= kWarpBuf, "the fused queue's list holds K'");
+/* ---- fused path: the references' transposed view -------------------------------------------------
+ * The fused kernels (k_fused_small, k_filter) read the centred references through ref_t: transposed and
+ * zero-padded (dpad = d rounded up to kFdimStep, npad = n rounded up to kFr), so that their loads are
+ * coalesced float4s and need no bounds checks (padding references have norm +inf: they never pass). */
+constexpr int kFr = 128;      /* reference padding: the filter kernel's tile */
+constexpr int kFdimStep = 8;  /* dpad: d rounded up to this (the filter kernel's slice) */
 static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0, "fused dimension padding");
-
-struct fused_args {
-  const float *q, *mean; /* queries (original coordinates), reference mean */
-  const float *ref_t;    /* dpad × npad centred references, transposed, zero-padded */
-  const float *rn;       /* npad squared centred norms, +inf padding */
-  int64_t npad;
-  int m, d, dpad, Kc, tiles_per_split, ntiles, nsplit;
-  unsigned *tau_bits;    /* m shared thresholds (+inf before the search; the finish resets them) */
-  float *pv;             /* m × nsplit × Kc sorted lists */
-  int *pi;
-};
-
-size_t fused_smem(int dpad) {
-  return (size_t)dpad * kFq * sizeof(float) + (size_t)kFk * kFr * sizeof(float) +
-         (size_t)kFq * kFlistP * (sizeof(float) + sizeof(int));
-}
-
-/* The fused kernel's warp queue (K' <= 64: the layout of warp_queue_merge with P = 128), merged in
- * registers: the pending entries sorted by reg_sort64, folded into the list by reg_merge64. Not inlined,
- * like fused_select: the kernel calls them for each of a warp's kFtq queries, and inlined copies of
- * these unrolled networks overflowed the instruction cache (ncu: ~40 % of the stalls were instruction
- * fetch). */
-__device__ __noinline__ void fused_queue_merge(float *sv, int *si, int nb, int lane) {
-  __syncwarp();
-  float lv[2], bv[2];
-  int li[2], bi[2];
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    int t = lane + kWarp * h;
-    lv[h] = sv[t], li[h] = si[t];
-    bv[h] = t < nb ? sv[kWarpBuf + t] : INFINITY, bi[h] = t < nb ? si[kWarpBuf + t] : kNoIndex;
-  }
-  reg_sort64(bv, bi, lane);
-  reg_merge64(lv, li, bv, bi, lane);
-#pragma unroll
-  for (int h = 0; h < 2; h++) sv[lane + kWarp * h] = lv[h], si[lane + kWarp * h] = li[h];
-  __syncwarp();
-}
-
-/* A query's queue state between tiles: pending entries and threshold. */
-struct fused_queue {
-  int nb;
-  float tau;
-};
-
-/* The warp queue's seed over NV values per lane (the 2 smallest of each lane, seed_from_pairs), as the
- * inclusive threshold nextafter(x): v < nextafter(x) is v <= x. */
-template <int NV>
-__device__ __forceinline__ float queue_seed(const float (&v)[NV], int Kc) {
-  float m0 = INFINITY, m1 = INFINITY;
-#pragma unroll
-  for (int c = 0; c < NV; c++) seed_push(m0, m1, v[c]);
-  return nextafterf(seed_from_pairs(m0, m1, Kc), INFINITY);
-}
-
-/* A lane's NV values (value c has reference index base + lane_stride lane + c_stride c) through a warp
- * queue of the fused layout (sorted 64-entry list sv/si[0, kWarpBuf), pending entries after it): an
- * element enters when it beats the threshold; a full buffer is merged (fused_queue_merge), the list's K'-th
- * tightens the threshold at once and is published to tau_q (may be NULL). */
-template <int NV>
-__device__ __forceinline__ fused_queue queue_push(const float (&v)[NV], int base, int lane_stride, int c_stride,
-                                                  float *sv, int *si, int Kc, fused_queue st, unsigned *tau_q,
-                                                  int lane) {
-#pragma unroll
-  for (int c = 0; c < NV; c++) {
-    bool pass = v[c] < st.tau;
-    unsigned mask = __ballot_sync(kFull, pass);
-    if (!mask) continue;
-    int cnt = __popc(mask);
-    if (st.nb + cnt > kWarpBuf) {
-      fused_queue_merge(sv, si, st.nb, lane);
-      st.nb = 0;
-      st.tau = fminf(st.tau, sv[Kc - 1]);
-      publish_tau(tau_q, sv[Kc - 1], lane);
-      pass = v[c] < st.tau; /* the tighter threshold applies at once */
-      mask = __ballot_sync(kFull, pass);
-      cnt = __popc(mask);
-    }
-    if (pass) {
-      int pos = kWarpBuf + st.nb + __popc(mask & ((1u << lane) - 1u));
-      sv[pos] = v[c];
-      si[pos] = base + lane * lane_stride + c * c_stride;
-    }
-    st.nb += cnt;
-  }
-  return st;
-}
-
-/* One query's values of a tile (a lane's kFtr, v4) through its warp queue: on the split's first tile the
- * seed (>= K' of the tile's values are <= x, seed_from_pairs), then the shared threshold, then the filter. */
-__device__ __noinline__ fused_queue fused_select(float4 v4, int r0, float *sv, int *si, int Kc, fused_queue st,
-                                                 float shared_tau, bool first, unsigned *tau_q, int lane) {
-  const float v[kFtr] = {v4.x, v4.y, v4.z, v4.w};
-  if (first) st.tau = queue_seed(v, Kc);
-  st.tau = fminf(st.tau, shared_tau);
-  return queue_push(v, r0, kFtr, 1, sv, si, Kc, st, tau_q, lane);
-}
-
-/* Slice s of the block's sequence (tile t_begin + s / nk, dimensions (s % nk) kFk ...) into registers:
- * loaded one slice ahead of the arithmetic, so that the global latency hides behind it. Thread (w, lane)
- * loads float4 `lane` of rows w + 8u: 512 contiguous bytes per warp. */
-__device__ __forceinline__ void fused_load_slice(const fused_args &a, int t_begin, int nk, int s, int w, int lane,
-                                                 float4 (&pre)[kFslice4]) {
-  int t = t_begin + s / nk, k0 = (s % nk) * kFk;
-#pragma unroll
-  for (int u = 0; u < kFslice4; u++) {
-    int kk = w + u * (kFthreads / kWarp);
-    pre[u] = k0 + kk < a.dpad ? __ldg((const float4 *)(a.ref_t + (int64_t)(k0 + kk) * a.npad + (int64_t)t * kFr) + lane)
-                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-}
-
-__global__ void __launch_bounds__(kFthreads, 2) k_fused(fused_args a) {
-  extern __shared__ __align__(16) unsigned char sm_fu[];
-  float *qs = (float *)sm_fu;            /* [dpad][kFq] centred queries */
-  float *rs = qs + a.dpad * kFq;         /* [kFk][kFr] centred references */
-  float *lv = rs + kFk * kFr;            /* [kFq][kFlistP] queue values */
-  int *li = (int *)(lv + kFq * kFlistP); /* [kFq][kFlistP] queue indices */
-  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp;
-  int q0 = blockIdx.x * kFq, split = blockIdx.y;
-  int t_begin = split * a.tiles_per_split, t_end = min(a.ntiles, t_begin + a.tiles_per_split);
-  for (int k0 = w; k0 < a.dpad; k0 += kFqBatch * (kFthreads / kWarp)) { /* lane = query: conflict-free stores */
-    int q = q0 + lane;
-    float x[kFqBatch]; /* all loads in flight before the stores */
-#pragma unroll
-    for (int u = 0; u < kFqBatch; u++) {
-      int k = k0 + u * (kFthreads / kWarp);
-      x[u] = q < a.m && k < a.d ? a.q[(int64_t)q * a.d + k] - a.mean[k] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kFqBatch; u++) {
-      int k = k0 + u * (kFthreads / kWarp);
-      if (k < a.dpad) qs[k * kFq + lane] = x[u];
-    }
-  }
-  for (int t = tid; t < kFq * kFlistP; t += kFthreads) lv[t] = INFINITY, li[t] = kNoIndex;
-  __syncthreads();
-  float qn[kFtq];
-  fused_queue fq[kFtq];
-  bool valid[kFtq];
-#pragma unroll
-  for (int i = 0; i < kFtq; i++) {
-    float s = 0.0f;
-    for (int k = lane; k < a.d; k += kWarp) {
-      float c = qs[k * kFq + w * kFtq + i];
-      s += c * c;
-    }
-    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-    qn[i] = s, fq[i] = fused_queue{0, INFINITY}, valid[i] = q0 + w * kFtq + i < a.m;
-  }
-  const float4 *qs4 = (const float4 *)qs;
-  float4 *rs4 = (float4 *)rs;
-  int nk = (a.dpad + kFk - 1) / kFk, nslices = (t_end - t_begin) * nk;
-  float4 pre[kFslice4], rn4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float shared_tau[kFtq], acc[kFtq][kFtr];
-  fused_load_slice(a, t_begin, nk, 0, w, lane, pre);
-  for (int s = 0; s < nslices; s++) {
-    int t = t_begin + s / nk, k0 = (s % nk) * kFk, kc = min(kFk, a.dpad - k0);
-    int64_t r0 = (int64_t)t * kFr;
-    if (k0 == 0) { /* a new tile: its norms and the shared thresholds load while the slices compute */
-      rn4 = __ldg((const float4 *)(a.rn + r0) + lane);
-#pragma unroll
-      for (int i = 0; i < kFtq; i++) {
-        shared_tau[i] = valid[i] ? __uint_as_float(__ldcg(&a.tau_bits[q0 + w * kFtq + i])) : INFINITY;
-#pragma unroll
-        for (int c = 0; c < kFtr; c++) acc[i][c] = 0.0f;
-      }
-    }
-    __syncthreads(); /* the previous slice is consumed */
-#pragma unroll
-    for (int u = 0; u < kFslice4; u++) rs4[(w + u * (kFthreads / kWarp)) * (kFr / 4) + lane] = pre[u];
-    __syncthreads();
-    if (s + 1 < nslices) fused_load_slice(a, t_begin, nk, s + 1, w, lane, pre);
-    for (int kk = 0; kk < kc; kk += kFdimStep) {
-#pragma unroll
-      for (int u = 0; u < kFdimStep; u++) {
-        float4 qv = qs4[(k0 + kk + u) * (kFq / 4) + w]; /* the same address across the warp: broadcast */
-        float4 rv = rs4[(kk + u) * (kFr / 4) + lane];
-        const float qa[kFtq] = {qv.x, qv.y, qv.z, qv.w}, ra[kFtr] = {rv.x, rv.y, rv.z, rv.w};
-#pragma unroll
-        for (int i = 0; i < kFtq; i++)
-#pragma unroll
-          for (int c = 0; c < kFtr; c++) acc[i][c] = fmaf(qa[i], ra[c], acc[i][c]);
-      }
-    }
-    if (k0 + kc < a.dpad) continue; /* the tile's last slice: select */
-    const float rn[kFtr] = {rn4.x, rn4.y, rn4.z, rn4.w};
-#pragma unroll
-    for (int i = 0; i < kFtq; i++) {
-      if (!valid[i]) continue; /* uniform across the warp */
-      int qq = w * kFtq + i;
-      float v[kFtr];
-#pragma unroll
-      for (int c = 0; c < kFtr; c++) v[c] = fmaxf(qn[i] + rn[c] + -2.0f * acc[i][c], 0.0f);
-      fq[i] = fused_select(make_float4(v[0], v[1], v[2], v[3]), (int)r0, lv + qq * kFlistP, li + qq * kFlistP, a.Kc,
-                           fq[i], shared_tau[i], t == t_begin, a.tau_bits + q0 + qq, lane);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kFtq; i++) {
-    if (!valid[i]) continue;
-    int qq = w * kFtq + i;
-    float *sv = lv + qq * kFlistP;
-    int *si = li + qq * kFlistP;
-    if (fq[i].nb) {
-      fused_queue_merge(sv, si, fq[i].nb, lane);
-      publish_tau(a.tau_bits + q0 + qq, sv[a.Kc - 1], lane);
-    }
-    __syncwarp();
-    int64_t o = ((int64_t)(q0 + qq) * a.nsplit + split) * a.Kc;
-    for (int t = lane; t < a.Kc; t += kWarp) a.pv[o + t] = sv[t], a.pi[o + t] = si[t];
-  }
-}
 
 /* ref_t (dpad × npad: centred references transposed, zeros beyond d and count) and rn (npad norms, +inf
  * beyond count): the fused kernels' coalesced, bounds-free view of `count` of the n references, column c
@@ -1385,7 +1146,8 @@ constexpr int64_t kFsSmemRefs = 2048;
 static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0 && kSfWarps == 8, "two float4 query broadcasts");
 
 struct fs_args {
-  const float *q, *mean, *ref_t, *rn; /* as fused_args */
+  const float *q, *mean; /* queries (original coordinates), the reference mean */
+  const float *ref_t, *rn; /* the references' view (dpad × npad, transposed) and their norms (+inf padding) */
   int64_t npad;
   int m, d, dpad;
   float *vals; /* rows of the launch's queries when they do not fit in shared memory */
@@ -1499,8 +1261,8 @@ static_assert(kFsSmemRefs >= kSfMaxPerLane * kWarp, "the global-row variant has 
  * k_filter is register-tiled like an SGEMM: kFlQ queries × kFlR references a block tile, kFlT × kFlT values a
  * thread, shared-memory slices of kFlK coordinates double-buffered through registers, the slice loop running
  * on across a block's reference tiles so that the next tile's first slice loads during the last one's
- * arithmetic. Measured against k_fused (a warp queue inside the distance kernel) on the H100: docs/knn.md. */
-constexpr int kFlQ = 128, kFlR = kFr; /* block tile: queries × references (kFr: ref_t's padding) */
+ * arithmetic. It replaced k_fused (the warp queue inside the distance kernel): docs/knn.md has both measured. */
+constexpr int kFlQ = 128, kFlR = kFr; /* block tile: queries × references (ref_t's padding) */
 constexpr int kFlT = 8;               /* thread tile: kFlT × kFlT values, two float4 halves each way */
 constexpr int kFlK = kFdimStep;       /* coordinates per shared-memory slice (dpad is a multiple) */
 constexpr int kFlThreads = (kFlQ / kFlT) * (kFlR / kFlT);
@@ -1512,7 +1274,6 @@ constexpr int64_t kFlSampleDiv = 8, kFlMinSample = 1024, kFlMaxSample = 4096;
  * queries per batch so that the lists take at most kFlListBytes */
 constexpr int64_t kFlListSlack = 4, kFlMinList = 256, kFlMaxList = 4096;
 constexpr int64_t kFlListBytes = (int64_t)256 << 20;
-constexpr bool kFilterPath = true;
 static_assert(kFlThreads == 256 && kFlK * kFlQ / 4 == kFlThreads && kFlK * kFlR / 4 == kFlThreads,
               "one float4 of each slice per thread");
 static_assert(kFlQ % kSfWarps == 0 && kFlQ == kFlR, "centring blocks tile the padded queries; square tiles");
@@ -1602,7 +1363,7 @@ __device__ __forceinline__ void filter_tile_out(const flt_args &a, int64_t q0, i
   for (int i = 0; i < kFlT; i++) {
     float qv = qn_s[fl_pos(ty, i)];
 #pragma unroll
-    for (int j = 0; j < kFlT; j++) acc[i][j] = qv + rn[j] + -2.0f * acc[i][j];
+    for (int j = 0; j < kFlT; j++) acc[i][j] = fmaf(-2.0f, acc[i][j], qv + rn[j]); /* -2 acc is exact: one rounding */
   }
   if (kValues) {
 #pragma unroll
@@ -1809,7 +1570,7 @@ ss_status plan_search(ss_ctx *ctx, const ss_knn_opts *o, int64_t n, int64_t m, i
 
 size_t ws_held(const knn_dev *dv) {
   const ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau,
+                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau,
                        &dv->fvals, &dv->fl_qt, &dv->fl_qn, &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv, &dv->fl_li};
   size_t s = 0;
   for (const ws_buf *x : b) s += x->bytes;
@@ -2197,19 +1958,6 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   return SS_OK;
 }
 
-/* Splits of the references per query tile (whole tiles each): enough blocks for kFusedBlocksPerSm per
- * SM, at most one per tile, all splits' lists together at most SS_KNN_GPU_MAX_CANDIDATES per query. */
-void fused_plan(const knn_dev *dv, int64_t m, int64_t n, int Kc, int64_t blocks_per_sm, fused_args *a) {
-  int64_t ntiles = ceil_div(n, kFr), qtiles = ceil_div(m, kFq);
-  int64_t ns = ceil_div((blocks_per_sm > 0 ? blocks_per_sm : kFusedBlocksPerSm) * dv->sm_count, qtiles);
-  if (ns > ntiles / kFusedMinSplitTiles) ns = ntiles / kFusedMinSplitTiles;
-  if (ns > SS_KNN_GPU_MAX_CANDIDATES / Kc) ns = SS_KNN_GPU_MAX_CANDIDATES / Kc;
-  if (ns < 1) ns = 1;
-  a->ntiles = (int)ntiles;
-  a->tiles_per_split = (int)ceil_div(ntiles, ns);
-  a->nsplit = (int)ceil_div(ntiles, a->tiles_per_split);
-}
-
 /* A reference view for the fused kernels (k_fused_refs: `count` columns of npad), built once per index. */
 ss_status fused_view(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, int dpad, int64_t count, int64_t npad,
                      float **view, float **norms, cudaStream_t s) {
@@ -2367,55 +2115,16 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   return SS_OK;
 }
 
-/* The fused path: the distance-and-selection kernel, then the per-warp finish (which also resets the
- * shared thresholds), both on the backend stream; repeated calls with the same key replay them as a
- * CUDA graph (graph_run). Up to kSfMaxRefs references: k_fused_small alone. */
+/* The fused path: up to kSfMaxRefs references k_fused_small alone, beyond them the filter path; both are
+ * replayed as a CUDA graph on repeated calls (graph_run). */
 ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                        const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
-  cudaStream_t s = ss_cuda_stream(ix->be);
-  fused_args a;
-  a.dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep);
-  a.npad = ceil_div(ix->n, kFr) * kFr;
-  SS_TRY(fused_view(ctx, ix, dv, a.dpad, ix->n, a.npad, &dv->ref_t, &dv->ref_tn, s));
-  if (ix->n <= kSfMaxRefs) return fused_small_search(ctx, ix, o, d_query, m, Kc, a.dpad, a.npad, out, stats);
-  if (kFilterPath) return filter_search(ctx, ix, o, d_query, m, Kc, a.dpad, a.npad, out, stats);
-  fused_plan(dv, m, ix->n, Kc, o->fused_blocks_per_sm, &a);
-  size_t lists = (size_t)m * (size_t)a.nsplit * (size_t)Kc, tau_bytes = dv->ftau.bytes;
-  SS_TRY(ws_ensure(ctx, &dv->part_v, lists * sizeof(float), "KNN partial lists"));
-  SS_TRY(ws_ensure(ctx, &dv->part_i, lists * sizeof(int), "KNN partial lists"));
-  SS_TRY(ws_ensure(ctx, &dv->ftau, (size_t)m * sizeof(unsigned), "KNN shared thresholds"));
-  if (dv->ftau.bytes != tau_bytes) { /* new buffer: +inf once; after that every finish resets it */
-    int64_t count = (int64_t)(dv->ftau.bytes / sizeof(unsigned));
-    k_reset_tau<<<(unsigned)ceil_div(count, kThreads), kThreads, 0, s>>>((unsigned *)dv->ftau.p, count);
-    SS_CUDA_TRY_LAUNCH(ctx, "knn threshold reset");
-  }
-  a.q = d_query, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn;
-  a.m = (int)m, a.d = (int)ix->d, a.Kc = Kc;
-  a.tau_bits = (unsigned *)dv->ftau.p;
-  a.pv = (float *)dv->part_v.p, a.pi = (int *)dv->part_i.p;
-  dim3 grid((unsigned)ceil_div(m, kFq), (unsigned)a.nsplit);
-  auto launch = [&]() -> ss_status {
-    k_fused<<<grid, kFthreads, fused_smem(a.dpad), s>>>(a);
-    SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances and selection");
-    return launch_finish(ctx, ix, dv, d_query, m, a.pv, a.pi, a.nsplit * Kc, Kc, (int)o->k, a.tau_bits, out, s);
-  };
-  graph_key key;
-  memset(&key, 0, sizeof(key));
-  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->part_v.p, dv->part_i.p, dv->ftau.p, dv->ref_t};
-  static_assert(sizeof(p) / sizeof(p[0]) <= sizeof(key.ptr) / sizeof(key.ptr[0]), "graph key pointers");
-  memcpy(key.ptr, p, sizeof(p));
-  const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k, a.nsplit};
-  memcpy(key.val, v, sizeof(v));
-  bool graphed = false;
-  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
-  if (stats) {
-    stats->strategy = SS_KNN_WARP; /* the fused kernel selects with the warp queue */
-    stats->query_tile = kFq;
-    stats->ref_tile = (int64_t)a.tiles_per_split * kFr;
-    stats->graph = graphed;
-  }
-  return SS_OK;
+  int dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep);
+  int64_t npad = ceil_div(ix->n, kFr) * kFr;
+  SS_TRY(fused_view(ctx, ix, dv, dpad, ix->n, npad, &dv->ref_t, &dv->ref_tn, ss_cuda_stream(ix->be)));
+  if (ix->n <= kSfMaxRefs) return fused_small_search(ctx, ix, o, d_query, m, Kc, dpad, npad, out, stats);
+  return filter_search(ctx, ix, o, d_query, m, Kc, dpad, npad, out, stats);
 }
 
 /* auto: where the fused path applies (K' <= SS_KNN_FUSED_MAX_CANDIDATES, d <= SS_KNN_FUSED_MAX_DIM, n <=
@@ -2516,8 +2225,6 @@ extern "C" ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix) {
   int pmax = next_pow2(SS_KNN_GPU_MAX_CANDIDATES), scan = finish_scan_size(SS_KNN_GPU_MAX_CANDIDATES);
   SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_finish, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)finish_smem(pmax + 1, pmax > scan ? pmax : scan)));
-  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)fused_smem(SS_KNN_FUSED_MAX_DIM)));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref, n * d, "KNN references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_c, n * d, "KNN centred references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_norm, n, "KNN reference norms"));
@@ -2545,7 +2252,7 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   if (dv->sel) cudaStreamSynchronize(dv->sel);
   cudaFree(dv->ref), cudaFree(dv->ref_c), cudaFree(dv->ref_norm), cudaFree(dv->mean);
   ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->ftau, &dv->fvals,
+                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau, &dv->fvals,
                  &dv->fl_qt, &dv->fl_qn, &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv, &dv->fl_li};
   for (ws_buf *x : b) cudaFree(x->p);
   cudaFree(dv->ref_t), cudaFree(dv->ref_tn), cudaFree(dv->samp_t), cudaFree(dv->samp_tn);

@@ -107,8 +107,9 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
   return kc < n ? kc : n;
 }
 
-/* GPU path: the fused kernel (distances and selection in one pass; K' <= SS_KNN_FUSED_MAX_CANDIDATES
- * and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a
+/* GPU path: the fused path (no distance matrix in memory: one kernel up to 4,096 references, the filter
+ * path's seed, filter and list finish beyond; K' <= SS_KNN_FUSED_MAX_CANDIDATES and d <=
+ * SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path (cuBLAS SGEMM tiles + a
  * selection kernel), or auto — where the fused path applies and n <= 65,536, the faster of the two, timed
  * on the first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
 typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_knn_path;
@@ -127,8 +128,6 @@ typedef struct {
                          4096 (cuda/knn.cu kWarpMinChunk); for the one-tile selection-and-finish kernel (K'
                          <= 64) the references per warp, 0 = 4096 (kSfChunk). Not a parameter: it only
                          moves the speed */
-  int64_t fused_blocks_per_sm; /* benchmark hook (fused path): target blocks per SM that set the reference
-                                  splits; 0 = the built-in (cuda/knn.cu kFusedBlocksPerSm) */
 } ss_knn_opts;
 #define SS_KNN_GEMM_ONLY_GRAPH 2
 
