@@ -917,6 +917,27 @@ constexpr int kLeanCap = kRegList; /* candidate slots per query: the register li
 static_assert(kSfMinPerLane * kWarp >= kRegList, "a first pass can seed K'");
 static_assert(kSfMaxPerLane == 4 * kSfMinPerLane, "the three pass widths of launch_select_finish");
 
+constexpr int kLeanMaxS = 4; /* seed values per lane: 2 or 4 (lean_s_class) */
+
+/* x from the S smallest values of every lane of a query's W warps (nw = W rows of `mins`, S kWarp values used
+ * in each): the smallest of this warp's m[t] with >= K of the union <= it, +inf if none — so that the minimum
+ * over the W warps is the K-th smallest of the union (each warp's own K-th would admit ~W K candidates). */
+template <int S>
+__device__ float seed_kth_union(const float (&m)[S], int K, const float (*mins)[kLeanMaxS * kWarp], int nw) {
+  int c[S] = {};
+  for (int p = 0; p < nw; p++)
+    for (int i = 0; i < S * kWarp; i++) { /* the same address across the warp: a broadcast */
+      float b = mins[p][i];
+#pragma unroll
+      for (int t = 0; t < S; t++) c[t] += b <= m[t];
+    }
+  float x = INFINITY;
+#pragma unroll
+  for (int t = 0; t < S; t++) x = fminf(x, c[t] >= K ? m[t] : INFINITY);
+  for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
+  return x;
+}
+
 /* A block's lean selection state: per query of the block (at most kSfWarps). */
 struct lean_shared {
   int ci[kSfWarps][kLeanCap];    /* candidate indices (the finish needs no approximate value) */
@@ -925,6 +946,7 @@ struct lean_shared {
   double qd[kSfWarps][kWarp];    /* d <= kWarp: the query's coordinates as doubles, zeros beyond d */
   double ex[kSfWarps][kRegList]; /* W > 1: the candidates' exact distances, gathered for the first warp */
   int need_scan[kSfWarps];
+  float mins[kSfWarps][kLeanMaxS * kWarp]; /* W > 1: every lane's S smallest values, for the query's seed */
 };
 
 /* Row sources of the lean selection: element t of a warp's part (+inf beyond len), and its reference index. */
@@ -1042,7 +1064,16 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
 #pragma unroll
     for (int c = 0; c < PL; c++) seed_insert<S>(m, v[c]);
   }
-  float x = seed_kth<S>(m, f.k);
+  static_assert(S <= kLeanMaxS, "lean_shared.mins holds S values per lane");
+  float x;
+  if (W == 1) {
+    x = seed_kth<S>(m, f.k);
+  } else { /* W is uniform across the block: so is the barrier */
+#pragma unroll
+    for (int t = 0; t < S; t++) ls.mins[w][t * kWarp + lane] = m[t];
+    __syncthreads();
+    x = seed_kth_union<S>(m, f.k, &ls.mins[ql * W], W);
+  }
   if (lane == 0) ls.seed[w] = x;
   __syncthreads(); /* seeds, counters and query copies visible */
   for (int p = 0; p < W; p++) x = fminf(x, ls.seed[ql * W + p]);
