@@ -1276,7 +1276,8 @@ const fs_kernel kFusedSmall[2][4] = {
 static_assert(kFsSmemRefs >= kSfMaxPerLane * kWarp, "the global-row variant has one pass width");
 
 /* ---- filter path (n > kSfMaxRefs, K' <= 64, d <= 256): seed, filter, list finish ----------------------
- * Five launches per batch of queries, no n-wide distance matrix:
+ * Five launches per batch of queries (three while the sample rows fit in shared memory: steps 1-3 are then
+ * k_filter_seed_fused, k_fused_small's distance phase against the sample), no n-wide distance matrix:
  *  1. k_filter_centre: the queries centred and transposed (qt, dpad × mpad, zeros beyond d and m), their float
  *     norms (qn).
  *  2. k_filter<true>: the values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) against a strided sample of the references
@@ -1310,7 +1311,8 @@ static_assert(kFlThreads == 256 && kFlK * kFlQ / 4 == kFlThreads && kFlK * kFlR 
 static_assert(kFlQ % kSfWarps == 0 && kFlQ == kFlR, "centring blocks tile the padded queries; square tiles");
 
 struct flt_seed_args {
-  fs_args s; /* the batch's queries (s.q, s.mean, s.m, s.d, s.dpad) and s.f for the bound */
+  fs_args s; /* the batch's queries (s.q, s.mean, s.m, s.d, s.dpad), s.f for the bound, the sample view (s.ref_t,
+              * s.rn, s.npad = nspad) for k_filter_seed_fused */
   float *qt, *qn, *tau;
   const float *vals; /* the sample rows (m × nspad) */
   int *cnt;
@@ -1318,32 +1320,24 @@ struct flt_seed_args {
   int k;
 };
 
-__global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
-  __shared__ float qn_s[kSfWarps];
+/* The block's kSfWarps queries centred (fs_centre) and written transposed to qt with their float norms. */
+__device__ void filter_centre_block(const flt_seed_args &a, int64_t q0, float (*qs)[kSfWarps], float *qn_s) {
   int tid = threadIdx.x;
-  int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
   fs_centre(a.s, q0, qs, qn_s);
   for (int t = tid; t < kSfWarps * a.s.dpad; t += kSfThreads) /* zeros beyond d and beyond m */
     a.qt[(int64_t)(t / kSfWarps) * a.mpad + q0 + t % kSfWarps] = qs[t / kSfWarps][t % kSfWarps];
   if (tid < kSfWarps) a.qn[q0 + tid] = qn_s[tid];
 }
 
+/* Query qq's threshold from its sample row (nspad values, +inf padding) by its warp, and a zero list length. */
 template <int S>
-__global__ void __launch_bounds__(kSfThreads) k_filter_seed(flt_seed_args a) {
-  int lane = threadIdx.x % kWarp;
-  int64_t qq = (int64_t)blockIdx.x * kSfWarps + threadIdx.x / kWarp;
-  if (qq >= a.mpad) return; /* whole warps */
-  bool valid = qq < a.s.m;
+__device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_t qq, int lane) {
+  bool valid = qq < a.s.m; /* uniform per warp */
   float m[S];
 #pragma unroll
   for (int t = 0; t < S; t++) m[t] = INFINITY;
-  const float4 *row = (const float4 *)(a.vals + qq * a.nspad);
   if (valid)
-    for (int64_t t = lane; t < a.nspad / 4; t += kWarp) {
-      float4 v = row[t];
-      seed_insert<S>(m, v.x), seed_insert<S>(m, v.y), seed_insert<S>(m, v.z), seed_insert<S>(m, v.w);
-    }
+    for (int64_t t = lane; t < a.nspad; t += kWarp) seed_insert<S>(m, row[t]);
   float x = seed_kth<S>(m, a.k);
   double qn = valid ? finish_query_norm(a.s.f, qq, lane) : 0.0;
   if (lane) return;
@@ -1353,6 +1347,34 @@ __global__ void __launch_bounds__(kSfThreads) k_filter_seed(flt_seed_args a) {
                            : INFINITY;
   a.tau[qq] = y;
   a.cnt[qq] = 0;
+}
+
+__global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
+  __shared__ float qn_s[kSfWarps];
+  filter_centre_block(a, (int64_t)blockIdx.x * kSfWarps, qs, qn_s);
+}
+
+/* Steps 1-3 in one kernel while the sample rows fit in shared memory (nspad <= kFsSmemRefs): k_fused_small's
+ * distance phase against the sample view (a.s.ref_t, a.s.rn, a.s.npad = nspad), 8 queries a block. */
+template <int S>
+__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_filter_seed_fused(flt_seed_args a) {
+  extern __shared__ __align__(16) unsigned char sm_fl[]; /* the block's sample rows */
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
+  __shared__ float qn_s[kSfWarps];
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
+  float *rows = (float *)sm_fl;
+  filter_centre_block(a, q0, qs, qn_s);
+  fs_distances(a.s, q0, qs, qn_s, rows);
+  __syncthreads();
+  filter_seed_row<S>(a, rows + w * a.nspad, q0 + w, lane);
+}
+
+template <int S>
+__global__ void __launch_bounds__(kSfThreads) k_filter_seed(flt_seed_args a) {
+  int64_t qq = (int64_t)blockIdx.x * kSfWarps + threadIdx.x / kWarp;
+  if (qq < a.mpad) filter_seed_row<S>(a, a.vals + qq * a.nspad, qq, threadIdx.x % kWarp); /* whole warps */
 }
 
 struct flt_args {
@@ -1527,6 +1549,7 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_list_finish(lf_arg
 using flt_seed_kernel = void (*)(flt_seed_args);
 using lf_kernel = void (*)(lf_args);
 const flt_seed_kernel kFilterSeed[2] = {k_filter_seed<2>, k_filter_seed<4>};
+const flt_seed_kernel kFilterSeedFused[2] = {k_filter_seed_fused<2>, k_filter_seed_fused<4>};
 const lf_kernel kListFinish[2][3] = {
     {k_list_finish<kSfMinPerLane, 2>, k_list_finish<2 * kSfMinPerLane, 2>, k_list_finish<kSfMaxPerLane, 2>},
     {k_list_finish<kSfMinPerLane, 4>, k_list_finish<2 * kSfMinPerLane, 4>, k_list_finish<kSfMaxPerLane, 4>}};
@@ -2066,7 +2089,8 @@ int filter_tiles_per_split(int64_t qtiles, int64_t ntiles, int sm_count) {
   return (int)best;
 }
 
-/* The filter path (above) for m queries, in batches whose lists fit kFlListBytes. */
+/* The filter path (above) for m queries, in batches (whole kFlQ tiles) of at most knn.query_tile queries whose
+ * lists fit kFlListBytes. */
 ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m, int Kc,
                         int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
@@ -2079,8 +2103,10 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(fused_view(ctx, ix, dv, dpad, ns, nspad, &dv->samp_t, &dv->samp_tn, s));
   int64_t cap = next_pow2(kFlListSlack * ceil_div(k * n, ns));
   cap = cap < kFlMinList ? kFlMinList : cap > kFlMaxList ? kFlMaxList : cap;
+  /* queries per batch: the lists within kFlListBytes, at most knn.query_tile (whole kFlQ tiles, at least one) */
   int64_t Q = kFlListBytes / (cap * (int64_t)(sizeof(float) + sizeof(int))) / kFlQ * kFlQ;
-  int64_t mpad = ceil_div(m, kFlQ) * kFlQ;
+  int64_t Qo = o->query_tile / kFlQ * kFlQ, mpad = ceil_div(m, kFlQ) * kFlQ;
+  if (Q > Qo) Q = Qo > kFlQ ? Qo : kFlQ;
   if (Q > mpad) Q = mpad;
   SS_TRY(ws_ensure(ctx, &dv->fl_qt, (size_t)(Q * dpad) * sizeof(float), "KNN filter queries"));
   SS_TRY(ws_ensure(ctx, &dv->fl_qn, (size_t)Q * sizeof(float), "KNN filter query norms"));
@@ -2088,7 +2114,11 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(ws_ensure(ctx, &dv->fl_cnt, (size_t)Q * sizeof(int), "KNN filter list lengths"));
   SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * (cap > nspad ? cap : nspad)) * sizeof(float), "KNN filter lists"));
   SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int), "KNN filter lists"));
-  flt_seed_kernel seed = kFilterSeed[lean_s_class(k)];
+  flt_seed_kernel seed = kFilterSeed[lean_s_class(k)], seed_fused = kFilterSeedFused[lean_s_class(k)];
+  bool fused_seed = nspad <= kFsSmemRefs; /* the sample rows fit in shared memory: steps 1-3 in one kernel */
+  size_t row_bytes = (size_t)kSfWarps * (size_t)nspad * sizeof(float);
+  SS_CUDA_TRY(ctx, cudaFuncSetAttribute(seed_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)((size_t)kSfWarps * kFsSmemRefs * sizeof(float))));
   lf_kernel fin = kListFinish[lean_s_class(k)][lean_pl_class(cap / kFlListSlack * 2)];
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)k, nullptr,
                                                         out).P2);
@@ -2103,20 +2133,26 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       flt_seed_args sa;
       memset(&sa, 0, sizeof(sa));
       sa.s.q = f.q, sa.s.mean = dv->mean, sa.s.m = (int)Qt, sa.s.d = (int)ix->d, sa.s.dpad = dpad, sa.s.f = f;
+      sa.s.ref_t = dv->samp_t, sa.s.rn = dv->samp_tn, sa.s.npad = nspad;
       sa.qt = (float *)dv->fl_qt.p, sa.qn = (float *)dv->fl_qn.p, sa.tau = (float *)dv->fl_tau.p;
       sa.vals = (const float *)dv->fl_lv.p, sa.cnt = (int *)dv->fl_cnt.p;
       sa.mpad = Qtpad, sa.nspad = nspad, sa.k = (int)k;
       unsigned qblocks = (unsigned)(Qtpad / kSfWarps);
-      k_filter_centre<<<qblocks, kSfThreads, 0, s>>>(sa);
-      SS_CUDA_TRY_LAUNCH(ctx, "knn filter query centring");
       flt_args fa;
       fa.qt = sa.qt, fa.qn = sa.qn, fa.tau = sa.tau, fa.ref_t = dv->samp_t, fa.rn = dv->samp_tn;
       fa.mpad = Qtpad, fa.npad = nspad, fa.dpad = dpad, fa.ntiles = (int)stiles, fa.tiles_per_split = stps;
       fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.li = (int *)dv->fl_li.p;
-      k_filter<true><<<dim3((unsigned)(Qtpad / kFlQ), (unsigned)ceil_div(stiles, stps)), kFlThreads, 0, s>>>(fa);
-      SS_CUDA_TRY_LAUNCH(ctx, "knn filter sample values");
-      seed<<<qblocks, kSfThreads, 0, s>>>(sa);
-      SS_CUDA_TRY_LAUNCH(ctx, "knn filter seed");
+      if (fused_seed) {
+        seed_fused<<<qblocks, kSfThreads, row_bytes, s>>>(sa);
+        SS_CUDA_TRY_LAUNCH(ctx, "knn filter centring, sample and seed");
+      } else {
+        k_filter_centre<<<qblocks, kSfThreads, 0, s>>>(sa);
+        SS_CUDA_TRY_LAUNCH(ctx, "knn filter query centring");
+        k_filter<true><<<dim3((unsigned)(Qtpad / kFlQ), (unsigned)ceil_div(stiles, stps)), kFlThreads, 0, s>>>(fa);
+        SS_CUDA_TRY_LAUNCH(ctx, "knn filter sample values");
+        seed<<<qblocks, kSfThreads, 0, s>>>(sa);
+        SS_CUDA_TRY_LAUNCH(ctx, "knn filter seed");
+      }
       fa.ref_t = dv->ref_t, fa.rn = dv->ref_tn, fa.npad = npad, fa.ntiles = (int)ntiles, fa.tiles_per_split = tps;
       k_filter<false><<<dim3((unsigned)(Qtpad / kFlQ), (unsigned)ceil_div(ntiles, tps)), kFlThreads, 0, s>>>(fa);
       SS_CUDA_TRY_LAUNCH(ctx, "knn filter");
@@ -2139,7 +2175,7 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
   if (stats) {
     stats->strategy = SS_KNN_WARP; /* reported as the warp strategy: one warp per query selects */
-    stats->query_tile = kFlQ;
+    stats->query_tile = Q;
     stats->ref_tile = (int64_t)tps * kFlR;
     stats->graph = graphed;
   }

@@ -104,6 +104,7 @@ static void cpu_gpu_identical(void **state) {
       {40, 70, 3, 40, 4096, 65536, 0, 0},         /* fused: k = n smaller than one reference tile */
       {5000, 20, 5, 1800, 4096, 65536, 0, 0},     /* K' = 2033: the largest warp queue (P = 4096) */
       {30011, 500, 7, 32, 4096, 65536, 2, 0},     /* neighbours consecutive in index order, k = 32, d odd */
+      {9001, 700, 24, 20, 256, 65536, 0, 0},      /* the filter path in three query batches (256, 256, 188) */
       {100003, 64, 9, 20, 4096, 16384, 0, 0},     /* seven reference tiles: shared thresholds across tiles */
       /* the per-warp finish (K' <= 64), the seeded warp queue (one reference tile, K' <= 64, n > 4096) and the
        * one-tile selection-and-finish kernel (K' <= 64, n <= 4096; warps per query W = next_pow2(n / chunk) <= 8,
