@@ -1300,8 +1300,10 @@ constexpr int kFlK = kFdimStep;       /* coordinates per shared-memory slice (dp
 constexpr int kFlThreads = (kFlQ / kFlT) * (kFlR / kFlT);
 constexpr int kFlBlocksPerSm = 2; /* the registers of 64 accumulators a thread allow two */
 /* sample references: n / kFlSampleDiv within [kFlMinSample, kFlMaxSample] (all of them when fewer), so that
- * ~kFlSampleDiv k candidates pass per query while the sample costs ~1 / kFlSampleDiv of the filter */
-constexpr int64_t kFlSampleDiv = 8, kFlMinSample = 1024, kFlMaxSample = 4096;
+ * ~kFlSampleDiv k candidates pass per query while the sample costs ~1 / kFlSampleDiv of the filter. H100 A/B
+ * (session 7): n / 16 beat n / 8 and n / 4 at 2^14-2^15 (2^15, d 32: 141 / 156 / 156 us; d 128: 358 / 383 /
+ * 396 us: up to 2,048 samples the seed is one kernel); a floor of 512 instead of 1024 changed nothing at 2^13. */
+constexpr int64_t kFlSampleDiv = 16, kFlMinSample = 1024, kFlMaxSample = 4096;
 /* list capacity: kFlListSlack × the expected k n / sample candidates, a power of two in [kFlMinList, kFlMaxList];
  * queries per batch so that the lists take at most kFlListBytes */
 constexpr int64_t kFlListSlack = 4, kFlMinList = 256, kFlMaxList = 4096;
