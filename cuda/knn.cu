@@ -102,7 +102,7 @@ struct knn_dev {
   ws_buf fvals; /* k_fused_small: m × npad rows */
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
   float *samp_t = nullptr, *samp_tn = nullptr; /* the filter path's sample view (k_fused_refs), built on first use */
-  ws_buf fl_qt, fl_qn, fl_tau, fl_cnt, fl_lv, fl_li; /* the filter path's queries, thresholds and lists */
+  ws_buf fl_qt, fl_qn, fl_tau, fl_cnt, fl_lv, fl_li; /* the filter path's queries, thresholds, sample rows, lists */
   graph_cache graph, gemm_graph, fgraph; /* one-tile search; the benchmark's graph GEMM; fused */
   bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0, 0};
@@ -949,38 +949,53 @@ struct lean_shared {
   float mins[kSfWarps][kLeanMaxS * kWarp]; /* W > 1: every lane's S smallest values, for the query's seed */
 };
 
-/* Row sources of the lean selection: element t of a warp's part (+inf beyond len), and its reference index. */
+/* Row sources of the lean selection: element t of a warp's part (+inf beyond len) and its reference index —
+ * computed from t (id), or loaded with the value (kPaired: pair, so that no index load waits in the filter). */
 struct gemm_row { /* the tiled path: the SGEMM's −2 q'·r' plus the norms */
+  static constexpr bool kPaired = false;
   const float *row, *rn;
   float qn;
   int i0; /* the part's first reference */
   __device__ float operator()(int t, int len) const { return warp_value(row, rn, qn, t, len); }
   __device__ int id(int t) const { return i0 + t; }
+  __device__ int2 pair(int, int) const { return make_int2(0, 0); }
 };
 struct value_row { /* k_fused_small: the values themselves */
+  static constexpr bool kPaired = false;
   const float *row;
   __device__ float operator()(int t, int len) const { return t < len ? row[t] : INFINITY; }
   __device__ int id(int t) const { return t; }
+  __device__ int2 pair(int, int) const { return make_int2(0, 0); }
 };
-struct list_row { /* the filter path: a query's candidate list, values and reference indices */
-  const float *v;
-  const int *i;
-  __device__ float operator()(int t, int len) const { return t < len ? v[t] : INFINITY; }
-  __device__ int id(int t) const { return i[t]; }
+struct list_row { /* the filter path: a query's candidate list, (value bits, reference index) pairs */
+  static constexpr bool kPaired = true;
+  const int2 *p;
+  __device__ float operator()(int t, int len) const { return t < len ? __int_as_float(p[t].x) : INFINITY; }
+  __device__ int id(int t) const { return p[t].y; }
+  __device__ int2 pair(int t, int len) const { return t < len ? p[t] : make_int2(__float_as_int(INFINITY), kNoIndex); }
 };
 
 template <int PL, typename Src>
-__device__ __forceinline__ void lean_load(const Src &src, int base, int len, int lane, float (&v)[PL]) {
+__device__ __forceinline__ void lean_load(const Src &src, int base, int len, int lane, float (&v)[PL], int (&ids)[PL]) {
 #pragma unroll
-  for (int c = 0; c < PL; c++) v[c] = src(base + c * kWarp + lane, len);
+  for (int c = 0; c < PL; c++) {
+    int t = base + c * kWarp + lane;
+    if (Src::kPaired) {
+      int2 e = src.pair(t, len);
+      v[c] = __int_as_float(e.x), ids[c] = e.y;
+    } else {
+      v[c] = src(t, len);
+    }
+  }
 }
 
 /* Pass 2 of one warp: the indices of its part's values <= y into the query's slots (cnt, ci); v holds pass 1's
  * values when the part is a single pass. */
 template <int PL, typename Src>
-__device__ void lean_filter(const Src &src, int len, float y, float (&v)[PL], int *cnt, int *ci, int lane) {
+__device__ void lean_filter(const Src &src, int len, float y, float (&v)[PL], int (&ids)[PL], int *cnt, int *ci,
+                            int lane) {
   for (int base = 0; base < len; base += PL * kWarp) {
-    if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v); /* uniform */
+    if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v, ids); /* uniform */
     int mine = 0;
 #pragma unroll
     for (int c = 0; c < PL; c++) mine += v[c] <= y;
@@ -997,7 +1012,7 @@ __device__ void lean_filter(const Src &src, int len, float y, float (&v)[PL], in
 #pragma unroll
     for (int c = 0; c < PL; c++) {
       if (!(v[c] <= y)) continue;
-      if (pos < kLeanCap) ci[pos] = src.id(base + c * kWarp + lane);
+      if (pos < kLeanCap) ci[pos] = Src::kPaired ? ids[c] : src.id(base + c * kWarp + lane);
       pos++;
     }
   }
@@ -1057,10 +1072,11 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
   double qn = valid ? finish_query_norm(f, qq, lane) : 0.0; /* the queries are inputs: off the chain below */
   if (part == 0 && f.d <= kWarp) ls.qd[ql][lane] = valid && lane < f.d ? (double)f.q[qq * f.d + lane] : 0.0;
   float v[PL], m[S];
+  int ids[PL]; /* paired sources only: the values' reference indices */
 #pragma unroll
   for (int t = 0; t < S; t++) m[t] = INFINITY;
   for (int base = 0; base < len; base += PL * kWarp) {
-    lean_load<PL>(src, base, len, lane, v);
+    lean_load<PL>(src, base, len, lane, v, ids);
 #pragma unroll
     for (int c = 0; c < PL; c++) seed_insert<S>(m, v[c]);
   }
@@ -1080,7 +1096,7 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
   /* y = x + 2E rounded down to a float: v <= y exactly when v <= x + 2E */
   float y = x < INFINITY ? __double2float_rd((double)x + 2.0 * ss_knn_error_bound(f.d, sqrt(qn), f.ref_norm_max))
                          : INFINITY;
-  if (valid && x < INFINITY) lean_filter<PL>(src, len, y, v, &ls.cnt[ql], ls.ci[ql], lane);
+  if (valid && x < INFINITY) lean_filter<PL>(src, len, y, v, ids, &ls.cnt[ql], ls.ci[ql], lane);
   __syncthreads(); /* the query's candidates are complete */
   int P = ls.cnt[ql];
   bool over = !(x < INFINITY) || P > kLeanCap, one = P <= kWarp; /* one: a candidate per lane */
@@ -1384,8 +1400,8 @@ struct flt_args {
   int64_t mpad, npad;
   int dpad, ntiles, tiles_per_split, cap;
   int *cnt;
-  float *lv; /* k_filter<false>: the lists (values, indices); k_filter<true>: the rows (mpad × npad) */
-  int *li;
+  float *lv;  /* k_filter<true>: the sample rows (mpad × npad) */
+  int2 *lp;   /* k_filter<false>: the lists, (value bits, reference index) pairs (mpad × cap) */
 };
 
 /* Element e of a thread's tile row or column: the two float4 halves kFlQ / 2 apart. */
@@ -1462,7 +1478,7 @@ __device__ __forceinline__ void filter_tile_out(const flt_args &a, int64_t q0, i
       for (unsigned b = mk[u]; b; b &= b - 1, p++) {
         int j = __ffs(b) - 1;
         if (p < a.cap) /* beyond the capacity: counted, so the list finish scans the query */
-          a.lv[q * a.cap + p] = fmaxf(pick8(acc[g + u], j), 0.0f), a.li[q * a.cap + p] = (int)(r0 + fl_pos(tx, j));
+          a.lp[q * a.cap + p] = make_int2(__float_as_int(fmaxf(pick8(acc[g + u], j), 0.0f)), (int)(r0 + fl_pos(tx, j)));
       }
     }
   }
@@ -1527,8 +1543,8 @@ __global__ void __launch_bounds__(kFlThreads, kFlBlocksPerSm) k_filter(flt_args 
 }
 
 struct lf_args {
-  const float *lv;
-  const int *li, *cnt;
+  const int2 *lp;
+  const int *cnt;
   int cap;
   int64_t m;
   finish_args f;
@@ -1542,7 +1558,7 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_list_finish(lf_arg
   int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
   bool valid = qq < a.m;
   int c = valid ? a.cnt[qq] : 0;
-  list_row src = {a.lv + qq * a.cap, a.li + qq * a.cap};
+  list_row src = {a.lp + qq * a.cap};
   /* an overflowed list is passed empty: no seed, so the query is scanned */
   lean_select_finish<PL, S>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, ls, w, lane);
   __syncthreads();
@@ -2106,7 +2122,7 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   int64_t cap = next_pow2(kFlListSlack * ceil_div(k * n, ns));
   cap = cap < kFlMinList ? kFlMinList : cap > kFlMaxList ? kFlMaxList : cap;
   /* queries per batch: the lists within kFlListBytes, at most knn.query_tile (whole kFlQ tiles, at least one) */
-  int64_t Q = kFlListBytes / (cap * (int64_t)(sizeof(float) + sizeof(int))) / kFlQ * kFlQ;
+  int64_t Q = kFlListBytes / (cap * (int64_t)sizeof(int2)) / kFlQ * kFlQ;
   int64_t Qo = o->query_tile / kFlQ * kFlQ, mpad = ceil_div(m, kFlQ) * kFlQ;
   if (Q > Qo) Q = Qo > kFlQ ? Qo : kFlQ;
   if (Q > mpad) Q = mpad;
@@ -2114,10 +2130,11 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(ws_ensure(ctx, &dv->fl_qn, (size_t)Q * sizeof(float), "KNN filter query norms"));
   SS_TRY(ws_ensure(ctx, &dv->fl_tau, (size_t)Q * sizeof(float), "KNN filter thresholds"));
   SS_TRY(ws_ensure(ctx, &dv->fl_cnt, (size_t)Q * sizeof(int), "KNN filter list lengths"));
-  SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * (cap > nspad ? cap : nspad)) * sizeof(float), "KNN filter lists"));
-  SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int), "KNN filter lists"));
+  SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int2), "KNN filter lists"));
   flt_seed_kernel seed = kFilterSeed[lean_s_class(k)], seed_fused = kFilterSeedFused[lean_s_class(k)];
   bool fused_seed = nspad <= kFsSmemRefs; /* the sample rows fit in shared memory: steps 1-3 in one kernel */
+  if (!fused_seed)
+    SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * nspad) * sizeof(float), "KNN filter sample rows"));
   size_t row_bytes = (size_t)kSfWarps * (size_t)nspad * sizeof(float);
   SS_CUDA_TRY(ctx, cudaFuncSetAttribute(seed_fused, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)((size_t)kSfWarps * kFsSmemRefs * sizeof(float))));
@@ -2143,7 +2160,7 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       flt_args fa;
       fa.qt = sa.qt, fa.qn = sa.qn, fa.tau = sa.tau, fa.ref_t = dv->samp_t, fa.rn = dv->samp_tn;
       fa.mpad = Qtpad, fa.npad = nspad, fa.dpad = dpad, fa.ntiles = (int)stiles, fa.tiles_per_split = stps;
-      fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.li = (int *)dv->fl_li.p;
+      fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.lp = (int2 *)dv->fl_li.p;
       if (fused_seed) {
         seed_fused<<<qblocks, kSfThreads, row_bytes, s>>>(sa);
         SS_CUDA_TRY_LAUNCH(ctx, "knn filter centring, sample and seed");
@@ -2159,7 +2176,7 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       k_filter<false><<<dim3((unsigned)(Qtpad / kFlQ), (unsigned)ceil_div(ntiles, tps)), kFlThreads, 0, s>>>(fa);
       SS_CUDA_TRY_LAUNCH(ctx, "knn filter");
       lf_args la;
-      la.lv = fa.lv, la.li = fa.li, la.cnt = fa.cnt, la.cap = (int)cap, la.m = Qt, la.f = f;
+      la.lp = fa.lp, la.cnt = fa.cnt, la.cap = (int)cap, la.m = Qt, la.f = f;
       fin<<<(unsigned)ceil_div(Qt, kSfWarps), kSfThreads, scan_bytes, s>>>(la);
       SS_CUDA_TRY_LAUNCH(ctx, "knn filter list finish");
     }
