@@ -16,7 +16,7 @@
  *    (k_fused_small: 8 queries a block, distances, lean selection and finish); beyond, the filter path:
  *    a seed threshold per query from a strided sample of the references, a register-tiled kernel that
  *    appends every value within the threshold to the query's list (the distance matrix is never
- *    written), and the lean finish over the lists: five launches. Both are replayed as a CUDA graph.
+ *    written), and the lean finish over the lists: three to five launches. Both are replayed as a CUDA graph.
  * `auto` path: where the fused path applies and n <= 65,536, every applicable path is timed on the first
  * search of each size class and the fastest is remembered (calibrate_path); the tiled path beyond.
  * Both end in the finish: exact re-rank, certificate, and the exact full scan for uncertified queries,
@@ -1303,11 +1303,12 @@ static_assert(kFsSmemRefs >= kSfMaxPerLane * kWarp, "the global-row variant has 
  *     <= x + E, so the k-th exact distance is <= x + E too, and every reference of the true k nearest has a
  *     value <= x + 2E (E: ss_knn_error_bound, which holds for these values in any summation order).
  *  4. k_filter<false>: the same values for every (query, reference), those <= tau appended to the query's
- *     candidate list (a global atomic per candidate: ~k n / sample per query on random rows).
+ *     candidate list as (value, index) pairs (~k n / sample per query on random rows; one global atomic per
+ *     16-lane segment and tile row reserves the slots: filter_tile_out).
  *  5. k_list_finish: lean_select_finish over each list (W = 1; its seed-and-band argument holds for any set
  *     that contains the true k nearest); a list that overflowed its capacity goes to the block's exact scan.
  * k_filter is register-tiled like an SGEMM: kFlQ queries × kFlR references a block tile, kFlT × kFlT values a
- * thread, shared-memory slices of kFlK coordinates double-buffered through registers, the slice loop running
+ * thread, shared-memory slices of kFlK coordinates double-buffered by cp.async, the slice loop running
  * on across a block's reference tiles so that the next tile's first slice loads during the last one's
  * arithmetic. It replaced k_fused (the warp queue inside the distance kernel): docs/knn.md has both measured. */
 constexpr int kFlQ = 128, kFlR = kFr; /* block tile: queries × references (ref_t's padding) */
