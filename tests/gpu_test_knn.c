@@ -134,7 +134,11 @@ static void cpu_gpu_identical(void **state) {
       {2048, 1200, 64, 25, 4096, 65536, 0, 0},    /* the grid's 2^11, d 64: D = 64, float4 rows */
       {1000, 13, 41, 50, 4096, 65536, 0, 0},      /* K' = 64, d odd above 32, n off the 256-reference tile */
       {300, 9, 33, 30, 4096, 65536, 1, 0},        /* {0,1,2}: seed ties, block scans of a partial block */
-      {4096, 2100, 8, 10, 4096, 65536, 0, 0},     /* fused small: rows of 2,048 queries per launch, two launches */
+      {4096, 2100, 8, 10, 4096, 65536, 0, 0},     /* fused: the filter path in one batch of 17 query tiles */
+      /* the TF32 filter path (session 8): small n, the three-kernel seed, ties */
+      {2048, 300, 64, 25, 4096, 65536, 0, 0},     /* n d beyond k_fused_small: 512 samples of 2,048 */
+      {20000, 150, 256, 25, 4096, 65536, 0, 0},   /* 1,250 samples at d 256: the seed in three kernels */
+      {1500, 200, 100, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties at every threshold, lists over capacity */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
