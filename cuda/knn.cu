@@ -1079,12 +1079,16 @@ __device__ __forceinline__ void reg_sort32(V &v, int &ix, int lane) {
  * MMA's float accumulation, whose rounding NVIDIA does not document, is allowed kTcAccUlps units of 2^-24 of the
  * magnitudes summed per k8 step (published measurements of TF32 MMAs show truncation to float, i.e. a unit or
  * two). By Cauchy–Schwarz the dot's extra error is at most (2u + u² + steps kTcAccUlps 2^-24) ‖q'‖ ‖r'‖; the
- * value's, through −2 q'·r', twice that. It also bounds the float values of the fused seed (it only adds). */
+ * value's, through −2 q'·r', twice that. An absolute term covers inputs or products below FLT_MIN, should the
+ * tensor cores flush them (each flushed input moves the dot by at most FLT_MIN times the other's norm). It also
+ * bounds the float values of the fused seed, whose references alone are rounded (it only adds terms). */
 constexpr double kTf32Unit = 1.0 / 2048.0, kTcAccUlps = 16.0;
+constexpr double kFltMin = 1.1754943508222875e-38; /* 2^-126 */
 __device__ __forceinline__ double tc_error_bound(int d, double q_norm, double r_norm_max) {
   double steps = (double)((d + kFdimStep - 1) / kFdimStep + 1);
   double rel = 2.0 * kTf32Unit + kTf32Unit * kTf32Unit + steps * kTcAccUlps * SS_KNN_FLT_UNIT_ROUNDOFF;
-  return ss_knn_error_bound(d, q_norm, r_norm_max) + 2.0 * rel * q_norm * r_norm_max;
+  double flushed = 4.0 * (double)(d + SS_KNN_BOUND_SLACK) * kFltMin * (q_norm + r_norm_max + 1.0);
+  return ss_knn_error_bound(d, q_norm, r_norm_max) + 2.0 * rel * q_norm * r_norm_max + flushed;
 }
 
 /* The bound on the values a finish reads for a query of squared centred norm qn. */
