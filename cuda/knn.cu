@@ -2141,6 +2141,29 @@ ss_status fused_view(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, int
   return SS_OK;
 }
 
+/* The fused paths' common tail: their launches run (or replay) as the index's fused graph, keyed by the pointers
+ * and values they bake in (each path tags its values: -1 small, -2 filter); the stats report the warp strategy
+ * (one warp per query selects) and the path's tiles. */
+template <size_t NP, size_t NV, typename F>
+ss_status fused_graph_run(ss_ctx *ctx, knn_dev *dv, cudaStream_t s, const void *const (&p)[NP],
+                          const int64_t (&v)[NV], F launch, int64_t query_tile, int64_t ref_tile, ss_knn_stats *stats) {
+  graph_key key;
+  static_assert(NP <= sizeof(key.ptr) / sizeof(key.ptr[0]) && NV <= sizeof(key.val) / sizeof(key.val[0]),
+                "graph key size");
+  memset(&key, 0, sizeof(key));
+  memcpy(key.ptr, p, sizeof(p));
+  memcpy(key.val, v, sizeof(v));
+  bool graphed = false;
+  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
+  if (stats) {
+    stats->strategy = SS_KNN_WARP;
+    stats->query_tile = query_tile;
+    stats->ref_tile = ref_tile;
+    stats->graph = graphed;
+  }
+  return SS_OK;
+}
+
 /* The fused small kernel (fused_small_applies) for m queries: selection and finish in the same launch. */
 ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m,
                              int Kc, int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
@@ -2160,21 +2183,9 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
     SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances, selection and finish");
     return SS_OK;
   };
-  graph_key key;
-  memset(&key, 0, sizeof(key));
   const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->ref_t};
-  memcpy(key.ptr, p, sizeof(p));
   const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k, -1};
-  memcpy(key.val, v, sizeof(v));
-  bool graphed = false;
-  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
-  if (stats) {
-    stats->strategy = SS_KNN_WARP; /* reported as the warp strategy: one warp per query selects */
-    stats->query_tile = kSfWarps;
-    stats->ref_tile = ix->n;
-    stats->graph = graphed;
-  }
-  return SS_OK;
+  return fused_graph_run(ctx, dv, s, p, v, launch, kSfWarps, ix->n, stats);
 }
 
 /* Reference tiles per k_filter block: the fewest waves × tiles per block over the splits (a block holds its
@@ -2263,23 +2274,10 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
     }
     return SS_OK;
   };
-  graph_key key;
-  memset(&key, 0, sizeof(key));
   const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->fl_qt.p, dv->fl_qn.p, dv->fl_tau.p, dv->fl_cnt.p,
                      dv->fl_lv.p, dv->fl_li.p, dv->samp_t, dv->ref_t};
-  static_assert(sizeof(p) / sizeof(p[0]) <= sizeof(key.ptr) / sizeof(key.ptr[0]), "graph key pointers");
-  memcpy(key.ptr, p, sizeof(p));
   const int64_t v[] = {m, (int64_t)Kc * 65536 + k, -2, cap};
-  memcpy(key.val, v, sizeof(v));
-  bool graphed = false;
-  SS_TRY(graph_run(ctx, dv->fgraph, key, s, launch, &graphed));
-  if (stats) {
-    stats->strategy = SS_KNN_WARP; /* reported as the warp strategy: one warp per query selects */
-    stats->query_tile = Q;
-    stats->ref_tile = (int64_t)tps * kFlR;
-    stats->graph = graphed;
-  }
-  return SS_OK;
+  return fused_graph_run(ctx, dv, s, p, v, launch, Q, (int64_t)tps * kFlR, stats);
 }
 
 /* The fused path: k_fused_small alone where fused_small_applies, beyond it the filter path; both are
