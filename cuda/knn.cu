@@ -13,7 +13,8 @@
  *    the three timed on the first tile of the first search of each (GPU, n class, K' class), remembered
  *    for the process.
  *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): for the smallest n d one kernel
- *    (k_fused_small: 8 queries a block, distances, lean selection and finish; fused_small_applies); beyond,
+ *    (k_fused_small: 8 queries a block, up to 12 where that keeps every SM to one block: balanced_queries;
+ *    distances, lean selection and finish; fused_small_applies); beyond,
  *    the filter path: a seed threshold per query from a strided sample of the references, a tensor-core
  *    (TF32) kernel that appends every value within the threshold to the query's list (the distance matrix is
  *    never written), and the lean finish over the lists: three to five launches. Both are replayed as a CUDA
@@ -397,6 +398,7 @@ __device__ __forceinline__ void seed_push(float &m0, float &m1, float v) {
 template <int S>
 __device__ float seed_kth(const float (&m)[S], int K) {
   int c[S] = {}; /* how many of the S × 32 values are <= m[t] */
+#pragma unroll
   for (int src = 0; src < kWarp; src++) {
 #pragma unroll
     for (int s = 0; s < S; s++) {
@@ -894,19 +896,23 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
  * W warps (W a power of two <= kSfWarps, about `chunk` references each; W = 1 with the default chunk), a
  * block of kSfThreads threads kSfWarps / W queries.
  * Lean candidates (lean_select_finish), two passes over each warp's part, PL values per lane at a time:
- *  1. every lane keeps its two smallest values; the seed x_w = the K'-th smallest of the warp's 64 of them
- *     (seed_from_pairs: >= K' values of the part are <= x_w); after one barrier every warp of the query
- *     takes x = min_w x_w;
- *  2. every value <= x (inclusive) and its index is appended to the query's candidate slots in shared
- *     memory (a warp prefix count, one atomicAdd per warp and pass). A part of at most PL kWarp references
- *     keeps its values in registers between the passes.
+ *  1. every lane keeps its two smallest values (kSeedChains independent insertion chains, merged); the seed
+ *     x_w = the K'-th smallest of the warp's 64 of them (seed_kth: >= K' values of the part are <= x_w); with
+ *     W > 1, after one barrier every warp of the query takes x = min_w x_w;
+ *  2. every value within the band of x and its index is appended to the query's candidate slots in shared
+ *     memory (W = 1: ballots, lean_filter_warp, and no block barrier at all, so that a block's queries run
+ *     on independently; W > 1: a warp prefix count, one atomicAdd per warp and pass). A part of at most PL kWarp
+ *     references keeps its values in registers between the passes.
+ * What depends on the query alone (its norm and band bound E, its coordinates as doubles) is loaded before the
+ * values exist (lean_prepare), off the selection's chain.
  * There is no approximate sort and no queue: all P (>= K') passing references are candidates, and every
  * other one has an approximate value > x, so x is the certificate's threshold (x − E > the k-th exact
  * distance), at least as strong as the K'-th value's. On random rows P is about K' + 6 (a seed ranks its
  * 64 values; simulated over 4,000 rows: mean 42, 99th percentile 52 for K' = 36, at 2^10 to 2^15); more
  * than kRegList (ties at x, or rows whose nearest references share a lane) sends the query to the block's
- * exact scan (finish_block_scans), as a failed certificate does. The query's W warps compute the exact
- * distances of its candidate groups in turn (finish_exact_groups, through shared memory); its first warp
+ * exact scan (finish_block_scans), as a failed certificate does. With W = 1 and d <= kLaneMaxDim a lane computes
+ * the exact distances of its candidates (two at most) alone; otherwise the query's W warps compute those of its
+ * candidate groups in turn (finish_exact_groups, through shared memory); its first warp
  * sorts them and checks the certificate (finish_warp_cert). Measured against the former seeded warp queue
  * (sorted list + pending buffer merges, K' cut by an approximate sort): docs/knn.md. */
 constexpr int kSfThreads = kThreads;       /* finish_block_scans' scan buffer assumes kThreads at most */
@@ -925,10 +931,24 @@ constexpr int64_t kSfMaxRefs = 4096;
  * faster than 2) */
 constexpr int kSfMinBlocks = 2;
 constexpr int kLeanCap = kRegList; /* candidate slots per query: the register lists of the finish */
+/* Balanced launches of the one-warp-per-query kernels (k_fused_small, k_filter_seed_fused, k_list_finish): with
+ * blocks of kSfWarps queries, a query count just above kSfWarps × SMs puts a second block on some SMs, and those
+ * finish last (H100, 1,200 queries = 150 blocks on 132 SMs, clock64 / globaltimer phases: blocks sharing an SM
+ * took 13.8 us against 10.9 us alone at 2^10, d 32, 32.9 against 22.8 at d 128). Up to kQbMax × SMs queries the
+ * blocks take ceil(m / SMs) queries instead (at most kQbMax warps, one block per SM). */
+constexpr int kQbMax = 12;
+int balanced_queries(int64_t m, int sm_count) {
+  int64_t sms = sm_count > 0 ? sm_count : 1;
+  if ((m + kSfWarps - 1) / kSfWarps <= sms || m > kQbMax * sms) return kSfWarps;
+  return (int)((m + sms - 1) / sms);
+}
 static_assert(kSfMinPerLane * kWarp >= kRegList, "a first pass can seed K'");
 static_assert(kSfMaxPerLane == 4 * kSfMinPerLane, "the three pass widths of launch_select_finish");
 
 constexpr int kLeanMaxS = 4; /* seed values per lane: 2 or 4 (lean_s_class) */
+/* independent insertion chains of a lane's seed values (merged at the end): a pass's values are inserted four
+ * at a time instead of one after another */
+constexpr int kSeedChains = 4;
 
 /* x from the S smallest values of every lane of a query's W warps (nw = W rows of `mins`, S kWarp values used
  * in each): the smallest of this warp's m[t] with >= K of the union <= it, +inf if none — so that the minimum
@@ -949,16 +969,23 @@ __device__ float seed_kth_union(const float (&m)[S], int K, const float (*mins)[
   return x;
 }
 
-/* A block's lean selection state: per query of the block (at most kSfWarps). */
-struct lean_shared {
-  int ci[kSfWarps][kLeanCap];    /* candidate indices (the finish needs no approximate value) */
-  int cnt[kSfWarps];             /* candidates found (may exceed kLeanCap: the exact scan) */
-  float seed[kSfWarps];          /* per warp: x_w */
-  double qd[kSfWarps][kWarp];    /* d <= kWarp: the query's coordinates as doubles, zeros beyond d */
-  double ex[kSfWarps][kRegList]; /* W > 1: the candidates' exact distances, gathered for the first warp */
-  int need_scan[kSfWarps];
-  float mins[kSfWarps][kLeanMaxS * kWarp]; /* W > 1: every lane's S smallest values, for the query's seed */
+/* the lean finish computes a candidate's exact distance in one lane (exact_dist_short, exact_dist_lane) up to this
+ * d, by warp-cooperative groups beyond (H100, 1,200 queries, k 25: at d 32 and 64 the lane was faster, 2^10 d 32:
+ * 21 -> 19 us, 2^11 d 64: 37 -> 35; at d 128 slower, 2^10: 39 -> 41 us) */
+constexpr int kLaneMaxDim = 2 * kWarp;
+
+/* A block's lean selection state: per query of the block (at most NQ: kSfWarps, or kQbMax in a balanced launch). */
+template <int NQ>
+struct lean_shared_t {
+  int ci[NQ][kLeanCap];    /* candidate indices (the finish needs no approximate value) */
+  int cnt[NQ];             /* candidates found (may exceed kLeanCap: the exact scan) */
+  float seed[NQ];          /* per warp: x_w */
+  double qd[NQ][kLaneMaxDim]; /* d <= kLaneMaxDim: the query as doubles, zeros to a multiple of 32 */
+  double ex[NQ][kRegList]; /* W > 1: the candidates' exact distances, gathered for the first warp */
+  int need_scan[NQ];
+  float mins[NQ][kLeanMaxS * kWarp]; /* W > 1: every lane's S smallest values, for the query's seed */
 };
+using lean_shared = lean_shared_t<kSfWarps>;
 
 /* Row sources of the lean selection: element t of a warp's part (+inf beyond len) and its reference index —
  * computed from t (operator(), id), or loaded together (kPaired: pair, so that no index load waits in the
@@ -1029,6 +1056,29 @@ __device__ void lean_filter(const Src &src, int len, float y, float (&v)[PL], in
   }
 }
 
+/* lean_filter for a query's only warp: the slots by ballots in the warp's order (no shared counter); returns the
+ * count (all lanes). */
+template <int PL, typename Src>
+__device__ int lean_filter_warp(const Src &src, int len, float y, float (&v)[PL], int (&ids)[PL], int *ci, int lane) {
+  const unsigned below = (1u << lane) - 1u;
+  int total = 0;
+  for (int base = 0; base < len; base += PL * kWarp) {
+    if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v, ids); /* uniform */
+#pragma unroll
+    for (int c = 0; c < PL; c++) {
+      bool hit = v[c] <= y;
+      unsigned mk = __ballot_sync(kFull, hit);
+      int pos = total + __popc(mk & below);
+      if (hit && pos < kLeanCap) {
+        if constexpr (Src::kPaired) ci[pos] = ids[c];
+        else ci[pos] = src.id(base + c * kWarp + lane);
+      }
+      total += __popc(mk);
+    }
+  }
+  return total;
+}
+
 constexpr int bitrev5(int i) {
   return ((i & 1) << 4) | ((i & 2) << 2) | (i & 4) | ((i & 8) >> 2) | ((i & 16) >> 4);
 }
@@ -1062,6 +1112,46 @@ __device__ double exact_dist_short(const double *qd, const float *row, int d) {
     st[top] = p;
   }
   return st[0];
+}
+
+/* ss_knn_exact_dist of one reference row with d <= SS_KNN_FUSED_MAX_DIM by one thread: the 32 partials in
+ * registers, the row read 32 coordinates at a time (float4 loads when rows are 16-byte aligned), then the
+ * definition's pairwise combination. qd: the query as doubles, zeros beyond d up to a multiple of 32. */
+constexpr int kLaneSlice = 16;
+__device__ __forceinline__ double exact_dist_lane(const double *qd, const float *row, int d) {
+  double p[kWarp];
+#pragma unroll
+  for (int l = 0; l < kWarp; l++) p[l] = 0.0;
+  for (int j0 = 0; j0 < d; j0 += kWarp) {
+#pragma unroll
+    for (int h = 0; h < kWarp; h += kLaneSlice) {
+      float x[kLaneSlice];
+      if (d % 4 == 0) {
+#pragma unroll
+        for (int j = 0; j < kLaneSlice; j += 4) {
+          float4 t = j0 + h + j < d ? __ldg((const float4 *)(row + j0 + h + j)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          x[j] = t.x, x[j + 1] = t.y, x[j + 2] = t.z, x[j + 3] = t.w;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kLaneSlice; j++) x[j] = j0 + h + j < d ? __ldg(row + j0 + h + j) : 0.0f;
+      }
+#pragma unroll
+      for (int l = 0; l < kLaneSlice; l++) {
+        double t = __dsub_rn(qd[j0 + h + l], (double)x[l]);
+        p[h + l] = __dadd_rn(p[h + l], __dmul_rn(t, t));
+      }
+    }
+  }
+  /* the levels written out: a loop over them was rolled into local memory */
+#pragma unroll
+  for (int l = 0; l < 16; l++) p[l] = __dadd_rn(p[l], p[l + 16]);
+#pragma unroll
+  for (int l = 0; l < 8; l++) p[l] = __dadd_rn(p[l], p[l + 8]);
+#pragma unroll
+  for (int l = 0; l < 4; l++) p[l] = __dadd_rn(p[l], p[l + 4]);
+  p[0] = __dadd_rn(p[0], p[2]), p[1] = __dadd_rn(p[1], p[3]);
+  return __dadd_rn(p[0], p[1]);
 }
 
 /* Sort 32 entries (one per lane) ascending by (value, index): reg_sort64's network for one register. */
@@ -1102,24 +1192,50 @@ __device__ __forceinline__ float lean_band(float x, double E) {
   return x < INFINITY ? __double2float_rd((double)x + 2.0 * E) : INFINITY;
 }
 
-/* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
- * part (len values read through src); S: seed values per lane. Called by every thread of the block
- * (barriers); leaves ls.need_scan[ql] for finish_block_scans. */
-template <int PL, int S, typename Src>
-__device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
-                                   bool valid, lean_shared &ls, int w, int lane) {
+/* The exact finish takes a candidate per lane (exact_dist_short, exact_dist_lane: the query as doubles in
+ * ls.qd) rather than warp-cooperative groups: the same for the query's W warps. */
+__device__ __forceinline__ bool lean_lane_rows(const finish_args &f, int W) {
+  return W == 1 && f.d <= kLaneMaxDim;
+}
+
+/* What the lean finish of query qq needs of the query alone, prepared by each of its warps before the values exist
+ * (the loads off the selection's chain): the bound E of its values (value_error_bound) returned, its candidate
+ * count reset and its coordinates as doubles in ls.qd[ql] (zeros to a multiple of 32) where the finish takes a
+ * candidate per lane or d <= 32. Visible to the query's warps after lean_select_finish's first barrier. */
+template <typename LS>
+__device__ double lean_prepare(const finish_args &f, int64_t qq, bool valid, int W, int ql, int part, LS &ls,
+                               int lane) {
   if (part == 0 && lane == 0) ls.cnt[ql] = 0;
-  double qn = valid ? finish_query_norm(f, qq, lane) : 0.0; /* the queries are inputs: off the chain below */
-  if (part == 0 && f.d <= kWarp) ls.qd[ql][lane] = valid && lane < f.d ? (double)f.q[qq * f.d + lane] : 0.0;
-  float v[PL], m[S];
+  if (part == 0 && (lean_lane_rows(f, W) || f.d <= kWarp))
+    for (int j = lane; j < min(kLaneMaxDim, (f.d + kWarp - 1) / kWarp * kWarp); j += kWarp)
+      ls.qd[ql][j] = valid && j < f.d ? (double)f.q[qq * f.d + j] : 0.0;
+  return valid ? value_error_bound(f, finish_query_norm(f, qq, lane)) : 0.0;
+}
+
+/* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
+ * part (len values read through src); S: seed values per lane; E: lean_prepare's bound. Called by every thread of
+ * the block (barriers); leaves ls.need_scan[ql] for finish_block_scans. */
+template <int PL, int S, typename Src, typename LS>
+__device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
+                                   bool valid, double E, LS &ls, int w, int lane) {
+  const bool lane_rows = lean_lane_rows(f, W);
+  float v[PL], m[S], mc[kSeedChains][S]; /* independent insertion chains, merged after the passes */
   int ids[PL]; /* paired sources only: the values' reference indices */
 #pragma unroll
-  for (int t = 0; t < S; t++) m[t] = INFINITY;
+  for (int h = 0; h < kSeedChains; h++)
+#pragma unroll
+    for (int t = 0; t < S; t++) mc[h][t] = INFINITY;
   for (int base = 0; base < len; base += PL * kWarp) {
     lean_load<PL>(src, base, len, lane, v, ids);
 #pragma unroll
-    for (int c = 0; c < PL; c++) seed_insert<S>(m, v[c]);
+    for (int c = 0; c < PL; c++) seed_insert<S>(mc[c % kSeedChains], v[c]);
   }
+#pragma unroll
+  for (int t = 0; t < S; t++) m[t] = mc[0][t];
+#pragma unroll
+  for (int h = 1; h < kSeedChains; h++)
+#pragma unroll
+    for (int t = 0; t < S; t++) seed_insert<S>(m, mc[h][t]);
   static_assert(S <= kLeanMaxS, "lean_shared.mins holds S values per lane");
   float x;
   if (W == 1) {
@@ -1130,13 +1246,24 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
     __syncthreads();
     x = seed_kth_union<S>(m, f.k, &ls.mins[ql * W], W);
   }
-  if (lane == 0) ls.seed[w] = x;
-  __syncthreads(); /* seeds, counters and query copies visible */
-  for (int p = 0; p < W; p++) x = fminf(x, ls.seed[ql * W + p]);
-  float y = lean_band(x, value_error_bound(f, qn));
-  if (valid && x < INFINITY) lean_filter<PL>(src, len, y, v, ids, &ls.cnt[ql], ls.ci[ql], lane);
-  __syncthreads(); /* the query's candidates are complete */
-  int P = ls.cnt[ql];
+  /* W = 1: the warp alone reads what it wrote (no block barrier, so its warps run on independently) */
+  if (W > 1) {
+    if (lane == 0) ls.seed[w] = x;
+    __syncthreads(); /* seeds, counters and query copies visible */
+    for (int p = 0; p < W; p++) x = fminf(x, ls.seed[ql * W + p]);
+  } else {
+    __syncwarp();
+  }
+  float y = lean_band(x, E);
+  int P = 0;
+  if (W > 1) {
+    if (valid && x < INFINITY) lean_filter<PL>(src, len, y, v, ids, &ls.cnt[ql], ls.ci[ql], lane);
+    __syncthreads(); /* the query's candidates are complete */
+    P = ls.cnt[ql];
+  } else {
+    if (valid && x < INFINITY) P = lean_filter_warp<PL>(src, len, y, v, ids, ls.ci[ql], lane);
+    __syncwarp();
+  }
   bool over = !(x < INFINITY) || P > kLeanCap, one = P <= kWarp; /* one: a candidate per lane */
   int li[2];
 #pragma unroll
@@ -1145,10 +1272,15 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
     li[h] = valid && !over && e < P ? ls.ci[ql][e] : kNoIndex;
   }
   double sd[2] = {(double)INFINITY, (double)INFINITY};
-  bool short_rows = one && f.d <= kWarp; /* the same for the query's W warps */
+  /* the same for the query's W warps */
+  bool short_rows = lane_rows || (one && f.d <= kWarp);
   if (short_rows) {
-    if (valid && !over && part == 0 && li[0] != kNoIndex)
-      sd[0] = exact_dist_short(ls.qd[ql], f.ref + (int64_t)li[0] * f.d, f.d);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      if (!(valid && !over && part == 0 && li[h] != kNoIndex)) continue;
+      const float *row = f.ref + (int64_t)li[h] * f.d;
+      sd[h] = f.d <= kWarp ? exact_dist_short(ls.qd[ql], row, f.d) : exact_dist_lane(ls.qd[ql], row, f.d);
+    }
   } else {
     if (valid && !over) finish_exact_groups(f, qq, li, P, part, W, lane, sd);
   }
@@ -1188,7 +1320,8 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_a
   bool valid = qq < a.m; /* uniform across the query's warps */
   int begin = part * a.chunk, len = valid ? max(0, min(a.chunk, t.Rt - begin)) : 0;
   gemm_row src = {t.dist + qq * t.ld + begin, t.rnorm + begin, valid ? t.qnorm[qq] : 0.0f, t.r0 + begin};
-  lean_select_finish<PL, S>(a.f, src, len, a.W, ql, part, qq, valid, ls, w, lane);
+  double E = lean_prepare(a.f, qq, valid, a.W, ql, part, ls, lane);
+  lean_select_finish<PL, S>(a.f, src, len, a.W, ql, part, qq, valid, E, ls, w, lane);
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
 }
@@ -1205,24 +1338,29 @@ const sf_kernel kSelectFinish[2][3] = {
     {k_select_finish<kSfMinPerLane, 4>, k_select_finish<2 * kSfMinPerLane, 4>, k_select_finish<kSfMaxPerLane, 4>}};
 
 /* ---- fused small path (fused_small_applies, K' <= 64, d <= 256): one kernel, no centring, no SGEMM ----
- * A block of kSfWarps queries against every reference: it centres its queries into shared memory
- * (transposed and zero-padded to dpad, so that a coordinate's kSfWarps values are two float4 broadcasts) and
- * takes their float norms; each thread then computes its kSfWarps queries × kFsRefs consecutive references
- * per pass (ref_t, the fused kernel's transposed view: one coalesced float4 load per coordinate, the next
- * kFsSlice coordinates in flight) and writes max(‖q'‖² + ‖r'‖² − 2 q'·r', 0), the tiled path's value, to the query's
+ * A block of kSfWarps queries (a balanced launch: up to kQbMax, balanced_queries) against every reference: it
+ * centres its queries into shared memory (transposed and zero-padded to dpad and to the block's query slots, so
+ * that a coordinate's values are float4 broadcasts) and takes their float norms; each thread then computes its
+ * block's queries × kFsRefs consecutive references per pass (ref_t, the fused kernel's transposed view: one
+ * coalesced float4 load per coordinate, the next slice of coordinates in flight) and writes max(‖q'‖² + ‖r'‖² − 2 q'·r', 0), the tiled path's value, to the query's
  * row in shared memory; after a barrier each warp selects and finishes one query from its row
  * (lean_select_finish, W = 1). Rows in shared memory matter: read back from L2, the selection's loads of a row
  * waited on each other (clock64 phases on the H100, 2^10, d 32: ~7 k cycles for the first pass over 1,024
  * values of an SGEMM row; a global-row variant for n up to 4,096 was removed with the TF32 filter path, which
- * beat it there). The references are read by every block from L2 (m / 8 blocks × n d 4 bytes): the filter
- * path takes over beyond fused_small_applies. */
+ * beat it there). The references are read by every block from L2 (m / 8 blocks × n d 4 bytes): at 2^10 with
+ * 1,200 queries in 120 blocks the distance phase takes ~8.6 k cycles at d 32 and ~29 k at d 128 (clock64 phases,
+ * H100), 3.6-4.3 TB/s from L2, about three times its FFMA issue time. Clusters of 4 blocks, each computing the
+ * cluster's 40 queries against a quarter of the references and storing the rows to their owners through
+ * distributed shared memory, were no faster (10 k and 29 k cycles; each query group's threads loaded the quarter
+ * again, so the L1 may have sent the same misses on: docs/knn.md). The filter path takes over beyond
+ * fused_small_applies. */
 constexpr int kFsRefs = 4; /* consecutive references per thread per pass: one float4 */
 /* coordinates per slice of the distance loop, the next slice's loads in flight during this one's arithmetic
  * (8 with the double buffer spilled at the 128-register limit of two blocks per SM) */
 constexpr int kFsSlice = 4;
 static_assert(kFdimStep % kFsSlice == 0, "dpad is a multiple of the slice");
 /* rows in shared memory up to this many (padded) references: kSfWarps rows of 2,048 floats, 64 KB a block,
- * two blocks per SM as the registers allow */
+ * two blocks per SM as the registers allow (a balanced block: up to kQbMax rows, 96 KB, one block per SM) */
 constexpr int64_t kFsSmemRefs = 2048;
 /* k_fused_small runs the fused path while n <= kFsMaxRefs or n dpad <= kFsMaxCells (and the rows fit in
  * shared memory), the filter path beyond: H100, 1,200 queries, k 25 (session 8), k_fused_small vs the TF32
@@ -1232,7 +1370,7 @@ constexpr int64_t kFsMaxRefs = 1024, kFsMaxCells = 65536;
 bool fused_small_applies(int64_t n, int dpad) {
   return n <= kFsSmemRefs && (n <= kFsMaxRefs || n * dpad <= kFsMaxCells);
 }
-static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0 && kSfWarps == 8, "two float4 query broadcasts");
+static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0, "the query copies hold dpad coordinates");
 
 struct fs_args {
   const float *q, *mean; /* queries (original coordinates), the reference mean */
@@ -1242,13 +1380,15 @@ struct fs_args {
   finish_args f;
 };
 
-/* A block's kSfWarps queries from q0, centred into qs (transposed, zero-padded to dpad: a coordinate's kSfWarps
- * values are two float4 broadcasts), and their float norms into qn_s. Ends with a barrier. */
-__device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[kSfWarps], float *qn_s) {
-  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp;
-  for (int t = tid; t < kSfWarps * a.dpad; t += kSfThreads) { /* row-major reads: coalesced */
+/* A block's nq queries from q0 (nq = blockDim.x / kWarp <= NQ), centred into qs (transposed, zero-padded to dpad
+ * and to NQ queries: a coordinate's values are NQ / 4 float4 broadcasts), and their float norms into qn_s. Ends
+ * with a barrier. */
+template <int NQ>
+__device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[NQ], float *qn_s) {
+  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp, nq = blockDim.x / kWarp;
+  for (int t = tid; t < NQ * a.dpad; t += blockDim.x) { /* row-major reads: coalesced */
     int i = t / a.dpad, j = t % a.dpad;
-    qs[j][i] = q0 + i < a.m && j < a.d ? a.q[(q0 + i) * a.d + j] - a.mean[j] : 0.0f;
+    qs[j][i] = i < nq && q0 + i < a.m && j < a.d ? a.q[(q0 + i) * a.d + j] - a.mean[j] : 0.0f;
   }
   __syncthreads();
   float s = 0.0f;
@@ -1258,76 +1398,91 @@ __device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[kSfWarps], f
   __syncthreads();
 }
 
-/* The rows max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's queries against the npad columns of a.ref_t (row i at
- * rows + i npad; queries beyond a.m skipped). */
-__device__ void fs_distances(const fs_args &a, int64_t q0, const float (*qs)[kSfWarps], const float *qn_s,
-                             float *rows) {
-  int tid = threadIdx.x;
-  float qn[kSfWarps];
-#pragma unroll
-  for (int i = 0; i < kSfWarps; i++) qn[i] = qn_s[i];
+/* The rows max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's nq queries against the npad columns of a.ref_t (row i
+ * at rows + i npad; queries beyond a.m skipped); SL coordinates per slice. */
+template <int NQ, int SL>
+__device__ void fs_distances(const fs_args &a, int64_t q0, const float (*qs)[NQ], const float *qn_s, float *rows) {
+  static_assert(NQ % 4 == 0 && kFdimStep % SL == 0, "float4 query broadcasts; dpad is a multiple of the slice");
+  int tid = threadIdx.x, nq = blockDim.x / kWarp;
   const float4 *qs4 = (const float4 *)&qs[0][0];
-  for (int64_t r = (int64_t)kFsRefs * tid; r < a.npad; r += (int64_t)kFsRefs * kSfThreads) {
-    float acc[kSfWarps][kFsRefs] = {};
+  for (int64_t r = (int64_t)kFsRefs * tid; r < a.npad; r += (int64_t)kFsRefs * blockDim.x) {
+    float acc[NQ][kFsRefs] = {};
     const float *col = a.ref_t + r;
-    float4 rv[kFsSlice], nx[kFsSlice]; /* this slice of kFsSlice coordinates, the next one (in flight) */
+    float4 rv[SL], nx[SL]; /* this slice of SL coordinates, the next one (in flight) */
 #pragma unroll
-    for (int u = 0; u < kFsSlice; u++) rv[u] = __ldg((const float4 *)(col + (int64_t)u * a.npad));
-    for (int j0 = 0; j0 < a.dpad; j0 += kFsSlice) {
-      if (j0 + kFsSlice < a.dpad) /* uniform: the next slice's loads overlap this slice's arithmetic */
+    for (int u = 0; u < SL; u++) rv[u] = __ldg((const float4 *)(col + (int64_t)u * a.npad));
+    for (int j0 = 0; j0 < a.dpad; j0 += SL) {
+      if (j0 + SL < a.dpad) /* uniform: the next slice's loads overlap this slice's arithmetic */
 #pragma unroll
-        for (int u = 0; u < kFsSlice; u++)
-          nx[u] = __ldg((const float4 *)(col + (int64_t)(j0 + kFsSlice + u) * a.npad));
+        for (int u = 0; u < SL; u++) nx[u] = __ldg((const float4 *)(col + (int64_t)(j0 + SL + u) * a.npad));
 #pragma unroll
-      for (int u = 0; u < kFsSlice; u++) {
-        float4 qa = qs4[2 * (j0 + u)], qb = qs4[2 * (j0 + u) + 1];
-        const float qv[kSfWarps] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+      for (int u = 0; u < SL; u++) {
+        float qv[NQ];
+#pragma unroll
+        for (int g = 0; g < NQ / 4; g++) {
+          float4 x = qs4[(NQ / 4) * (j0 + u) + g];
+          qv[4 * g] = x.x, qv[4 * g + 1] = x.y, qv[4 * g + 2] = x.z, qv[4 * g + 3] = x.w;
+        }
         const float rr[kFsRefs] = {rv[u].x, rv[u].y, rv[u].z, rv[u].w};
 #pragma unroll
-        for (int i = 0; i < kSfWarps; i++)
+        for (int i = 0; i < NQ; i++) {
+          if (i >= kSfWarps && i >= nq) continue; /* uniform: a balanced block's empty query slots */
 #pragma unroll
           for (int c = 0; c < kFsRefs; c++) acc[i][c] = fmaf(qv[i], rr[c], acc[i][c]);
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kFsSlice; u++) rv[u] = nx[u];
+      for (int u = 0; u < SL; u++) rv[u] = nx[u];
     }
     float4 rn4 = __ldg((const float4 *)(a.rn + r));
     const float rn[kFsRefs] = {rn4.x, rn4.y, rn4.z, rn4.w};
 #pragma unroll
-    for (int i = 0; i < kSfWarps; i++) {
-      if (q0 + i >= a.m) continue;
-      float o[kFsRefs];
+    for (int i = 0; i < NQ; i++) {
+      if (i >= nq || q0 + i >= a.m) continue;
+      float o[kFsRefs], qn = qn_s[i];
 #pragma unroll
-      for (int c = 0; c < kFsRefs; c++) o[c] = fmaxf(qn[i] + rn[c] + -2.0f * acc[i][c], 0.0f);
+      for (int c = 0; c < kFsRefs; c++) o[c] = fmaxf(qn + rn[c] + -2.0f * acc[i][c], 0.0f);
       *(float4 *)(rows + i * a.npad + r) = make_float4(o[0], o[1], o[2], o[3]);
     }
   }
 }
 
-template <int PL, int S>
-__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_fused_small(fs_args a) {
+/* A lean kernel's block shape: NQ query slots (warps) at most, MB blocks per SM for the registers, SL coordinates
+ * per slice of the distance loop: the classic launch (kSfWarps queries a block, two blocks per SM) or the balanced
+ * one (balanced_queries: up to kQbMax queries a block, one block per SM, so deeper slices fit in registers). */
+template <int NQ>
+struct lean_shape {
+  static constexpr int kMinBlocks = NQ == kSfWarps ? kSfMinBlocks : 1;
+  static constexpr int kSlice = NQ == kSfWarps ? kFsSlice : 2 * kFsSlice;
+};
+
+template <int NQ, int PL, int S>
+__global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_fused_small(fs_args a) {
   /* first the block's rows, then the fallback scan's buffer (the rows are dead before any scan) */
   extern __shared__ __align__(16) unsigned char sm_fs[];
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
-  __shared__ float qn_s[kSfWarps];
-  __shared__ lean_shared ls;
-  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][NQ];
+  __shared__ float qn_s[NQ];
+  __shared__ lean_shared_t<NQ> ls;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nq = blockDim.x / kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
   bool valid = qq < a.m;
   float *rows = (float *)sm_fs;
-  fs_centre(a, q0, qs, qn_s);
-  fs_distances(a, q0, qs, qn_s, rows);
+  fs_centre<NQ>(a, q0, qs, qn_s);
+  fs_distances<NQ, lean_shape<NQ>::kSlice>(a, q0, qs, qn_s, rows);
+  double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane); /* its loads while the block's other warps compute */
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
   value_row src = {rows + w * a.npad};
-  lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, ls, w, lane);
+  lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   __syncthreads();
-  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < kSfWarps ? a.m - q0 : kSfWarps), sm_fs);
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_fs);
 }
 using fs_kernel = void (*)(fs_args);
-/* [S class][PL class] */
-const fs_kernel kFusedSmall[2][3] = {
-    {k_fused_small<kSfMinPerLane, 2>, k_fused_small<2 * kSfMinPerLane, 2>, k_fused_small<kSfMaxPerLane, 2>},
-    {k_fused_small<kSfMinPerLane, 4>, k_fused_small<2 * kSfMinPerLane, 4>, k_fused_small<kSfMaxPerLane, 4>}};
+/* [balanced][S class][PL class] */
+#define SS_FS_ROW(NQ, S) {k_fused_small<NQ, kSfMinPerLane, S>, k_fused_small<NQ, 2 * kSfMinPerLane, S>, \
+                          k_fused_small<NQ, kSfMaxPerLane, S>}
+const fs_kernel kFusedSmall[2][2][3] = {{SS_FS_ROW(kSfWarps, 2), SS_FS_ROW(kSfWarps, 4)},
+                                        {SS_FS_ROW(kQbMax, 2), SS_FS_ROW(kQbMax, 4)}};
+#undef SS_FS_ROW
 
 /* ---- filter path (beyond fused_small_applies, K' <= 64, d <= 256): seed, filter, list finish ------------
  * Five launches per batch of queries (three while the sample rows fit in shared memory: steps 1-3 are then
@@ -1385,19 +1540,23 @@ struct flt_seed_args {
   int k;
 };
 
-/* The block's kSfWarps queries centred (fs_centre) and written transposed to qt (rounded to TF32: k_filter's) with
- * their float norms (of the unrounded coordinates, like the references'). */
-__device__ void filter_centre_block(const flt_seed_args &a, int64_t q0, float (*qs)[kSfWarps], float *qn_s) {
-  int tid = threadIdx.x;
-  fs_centre(a.s, q0, qs, qn_s);
-  for (int t = tid; t < kSfWarps * a.s.dpad; t += kSfThreads) /* zeros beyond d and beyond m */
-    a.qt[(int64_t)(t / kSfWarps) * a.mpad + q0 + t % kSfWarps] = round_tf32(qs[t / kSfWarps][t % kSfWarps]);
-  if (tid < kSfWarps) a.qn[q0 + tid] = qn_s[tid];
+/* The block's nq queries centred (fs_centre) and written transposed to qt (rounded to TF32: k_filter's) with
+ * their float norms (of the unrounded coordinates, like the references'); zeros beyond d and m, up to mpad. */
+template <int NQ>
+__device__ void filter_centre_block(const flt_seed_args &a, int64_t q0, float (*qs)[NQ], float *qn_s) {
+  int tid = threadIdx.x, nq = blockDim.x / kWarp;
+  fs_centre<NQ>(a.s, q0, qs, qn_s);
+  for (int t = tid; t < nq * a.s.dpad; t += blockDim.x) {
+    int i = t % nq, j = t / nq;
+    if (q0 + i < a.mpad) a.qt[(int64_t)j * a.mpad + q0 + i] = round_tf32(qs[j][i]);
+  }
+  if (tid < nq && q0 + tid < a.mpad) a.qn[q0 + tid] = qn_s[tid];
 }
 
 /* Query qq's threshold from its sample row (nspad values, +inf padding) by its warp, and a zero list length. */
 template <int S>
 __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_t qq, int lane) {
+  if (qq >= a.mpad) return; /* uniform per warp: a balanced block's slots beyond the padded queries */
   bool valid = qq < a.s.m; /* uniform per warp */
   float m[S];
 #pragma unroll
@@ -1416,21 +1575,21 @@ __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_
 __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
   __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
   __shared__ float qn_s[kSfWarps];
-  filter_centre_block(a, (int64_t)blockIdx.x * kSfWarps, qs, qn_s);
+  filter_centre_block<kSfWarps>(a, (int64_t)blockIdx.x * kSfWarps, qs, qn_s);
 }
 
 /* Steps 1-3 in one kernel while the sample rows fit in shared memory (nspad <= kFsSmemRefs): k_fused_small's
  * distance phase against the sample view (a.s.ref_t, a.s.rn, a.s.npad = nspad), 8 queries a block. */
-template <int S>
-__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_filter_seed_fused(flt_seed_args a) {
+template <int NQ, int S>
+__global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_filter_seed_fused(flt_seed_args a) {
   extern __shared__ __align__(16) unsigned char sm_fl[]; /* the block's sample rows */
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
-  __shared__ float qn_s[kSfWarps];
+  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][NQ];
+  __shared__ float qn_s[NQ];
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
+  int64_t q0 = (int64_t)blockIdx.x * (blockDim.x / kWarp);
   float *rows = (float *)sm_fl;
-  filter_centre_block(a, q0, qs, qn_s);
-  fs_distances(a.s, q0, qs, qn_s, rows);
+  filter_centre_block<NQ>(a, q0, qs, qn_s);
+  fs_distances<NQ, lean_shape<NQ>::kSlice>(a.s, q0, qs, qn_s, rows);
   __syncthreads();
   filter_seed_row<S>(a, rows + w * a.nspad, q0 + w, lane);
 }
@@ -1631,27 +1790,32 @@ struct lf_args {
   finish_args f;
 };
 
-template <int PL, int S>
-__global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_list_finish(lf_args a) {
+template <int NQ, int PL, int S>
+__global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_list_finish(lf_args a) {
   extern __shared__ __align__(16) unsigned char sm_lf[]; /* the fallback scan's buffer */
-  __shared__ lean_shared ls;
-  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  int64_t q0 = (int64_t)blockIdx.x * kSfWarps, qq = q0 + w;
+  __shared__ lean_shared_t<NQ> ls;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nq = blockDim.x / kWarp;
+  int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
   bool valid = qq < a.m;
   int c = valid ? a.cnt[qq] : 0;
+  double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane);
   list_row src = {a.lp + qq * a.cap};
   /* an overflowed list is passed empty: no seed, so the query is scanned */
-  lean_select_finish<PL, S>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, ls, w, lane);
+  lean_select_finish<PL, S>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   __syncthreads();
-  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < kSfWarps ? a.m - q0 : kSfWarps), sm_lf);
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_lf);
 }
 using flt_seed_kernel = void (*)(flt_seed_args);
 using lf_kernel = void (*)(lf_args);
 const flt_seed_kernel kFilterSeed[2] = {k_filter_seed<2>, k_filter_seed<4>};
-const flt_seed_kernel kFilterSeedFused[2] = {k_filter_seed_fused<2>, k_filter_seed_fused<4>};
-const lf_kernel kListFinish[2][3] = {
-    {k_list_finish<kSfMinPerLane, 2>, k_list_finish<2 * kSfMinPerLane, 2>, k_list_finish<kSfMaxPerLane, 2>},
-    {k_list_finish<kSfMinPerLane, 4>, k_list_finish<2 * kSfMinPerLane, 4>, k_list_finish<kSfMaxPerLane, 4>}};
+/* [balanced][S class] and [balanced][S class][PL class] */
+const flt_seed_kernel kFilterSeedFused[2][2] = {{k_filter_seed_fused<kSfWarps, 2>, k_filter_seed_fused<kSfWarps, 4>},
+                                                {k_filter_seed_fused<kQbMax, 2>, k_filter_seed_fused<kQbMax, 4>}};
+#define SS_LF_ROW(NQ, S) {k_list_finish<NQ, kSfMinPerLane, S>, k_list_finish<NQ, 2 * kSfMinPerLane, S>, \
+                          k_list_finish<NQ, kSfMaxPerLane, S>}
+const lf_kernel kListFinish[2][2][3] = {{SS_LF_ROW(kSfWarps, 2), SS_LF_ROW(kSfWarps, 4)},
+                                        {SS_LF_ROW(kQbMax, 2), SS_LF_ROW(kQbMax, 4)}};
+#undef SS_LF_ROW
 
 int next_pow2(int64_t x) {
   int p = 1;
@@ -2112,17 +2276,22 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
 }
 
 /* A reference view for the fused kernels (k_fused_refs: `count` columns of npad), built once per index. */
-/* Dynamic shared memory of the fused kernels: kSfWarps rows of kFsSmemRefs floats, which also holds the scan
+/* Dynamic shared memory of the fused kernels: up to kQbMax rows of kFsSmemRefs floats, which also holds the scan
  * buffer of any K' the fused path takes. Beyond 48 KB (static + dynamic) a kernel needs the opt-in, set once per
  * index (always the same value, so indices created concurrently do not race) rather than on every search. */
-constexpr size_t kFusedSmemMax = (size_t)kSfWarps * kFsSmemRefs * sizeof(float);
+constexpr size_t kFusedSmemMax = (size_t)kQbMax * kFsSmemRefs * sizeof(float);
 static_assert(finish_warp_smem(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES)) <= kFusedSmemMax, "the scan buffer fits");
+/* finish_exact_scan's buffer (finish_scan_size, sized for kThreads) takes a round of a kQbMax-warp block */
+static_assert(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES) >= SS_KNN_FUSED_MAX_CANDIDATES + 2 * kQbMax * kWarp,
+              "a balanced block's exact scan");
 ss_status set_fused_smem(ss_ctx *ctx) {
-  for (const auto &row : kFusedSmall)
-    for (fs_kernel kern : row)
+  for (const auto &shape : kFusedSmall)
+    for (const auto &row : shape)
+      for (fs_kernel kern : row)
+        SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kFusedSmemMax));
+  for (const auto &shape : kFilterSeedFused)
+    for (flt_seed_kernel kern : shape)
       SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kFusedSmemMax));
-  for (flt_seed_kernel kern : kFilterSeedFused)
-    SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kFusedSmemMax));
   return SS_OK;
 }
 
@@ -2169,23 +2338,24 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
                              int Kc, int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
-  fs_kernel kern = kFusedSmall[lean_s_class(o->k)][lean_pl_class(ix->n)];
+  int nq = balanced_queries(m, dv->sm_count);
+  fs_kernel kern = kFusedSmall[nq > kSfWarps][lean_s_class(o->k)][lean_pl_class(ix->n)];
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k,
                                                         nullptr, out).P2);
-  size_t row_bytes = (size_t)kSfWarps * (size_t)npad * sizeof(float);
+  size_t row_bytes = (size_t)nq * (size_t)npad * sizeof(float);
   size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes; /* within kFusedSmemMax (set_fused_smem) */
   auto launch = [&]() -> ss_status {
     fs_args a;
     a.q = d_query, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn, a.npad = npad;
     a.m = (int)m, a.d = (int)ix->d, a.dpad = dpad;
     a.f = make_finish_args(ix, dv, a.q, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out);
-    kern<<<(unsigned)ceil_div(m, kSfWarps), kSfThreads, smem, s>>>(a);
+    kern<<<(unsigned)ceil_div(m, nq), nq * kWarp, smem, s>>>(a);
     SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances, selection and finish");
     return SS_OK;
   };
   const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->ref_t};
   const int64_t v[] = {m, (int64_t)Kc * 65536 + o->k, -1};
-  return fused_graph_run(ctx, dv, s, p, v, launch, kSfWarps, ix->n, stats);
+  return fused_graph_run(ctx, dv, s, p, v, launch, nq, ix->n, stats);
 }
 
 /* Reference tiles per k_filter block: the fewest waves × tiles per block over the splits (a block holds its
@@ -2223,13 +2393,11 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(ws_ensure(ctx, &dv->fl_tau, (size_t)Q * sizeof(float), "KNN filter thresholds"));
   SS_TRY(ws_ensure(ctx, &dv->fl_cnt, (size_t)Q * sizeof(int), "KNN filter list lengths"));
   SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int2), "KNN filter lists"));
-  flt_seed_kernel seed = kFilterSeed[lean_s_class(k)], seed_fused = kFilterSeedFused[lean_s_class(k)];
+  flt_seed_kernel seed = kFilterSeed[lean_s_class(k)];
   /* steps 1-3 in one kernel while the sample rows fit in shared memory and its L2 reads stay small */
   bool fused_seed = nspad <= kFsSmemRefs && nspad * dpad <= kFlFusedSeedCells;
   if (!fused_seed)
     SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * nspad) * sizeof(float), "KNN filter sample rows"));
-  size_t row_bytes = (size_t)kSfWarps * (size_t)nspad * sizeof(float); /* within kFusedSmemMax */
-  lf_kernel fin = kListFinish[lean_s_class(k)][lean_pl_class(cap / kFlListSlack * 2)];
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)k, nullptr,
                                                         out).P2);
   int64_t qtiles = Q / kFlQ, ntiles = npad / kFlR, stiles = nspad / kFlR;
@@ -2249,12 +2417,16 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       sa.vals = (const float *)dv->fl_lv.p, sa.cnt = (int *)dv->fl_cnt.p;
       sa.mpad = Qtpad, sa.nspad = nspad, sa.k = (int)k;
       unsigned qblocks = (unsigned)(Qtpad / kSfWarps);
+      /* balanced blocks (balanced_queries) for the padded batch (seed) and its queries (finish) */
+      int nq_seed = balanced_queries(Qtpad, dv->sm_count), nq_fin = balanced_queries(Qt, dv->sm_count);
       flt_args fa;
       fa.qt = sa.qt, fa.qn = sa.qn, fa.tau = sa.tau, fa.ref_t = dv->samp_t, fa.rn = dv->samp_tn;
       fa.mpad = Qtpad, fa.npad = nspad, fa.dpad = dpad, fa.ntiles = (int)stiles, fa.tiles_per_split = stps;
       fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.lp = (int2 *)dv->fl_li.p;
       if (fused_seed) {
-        seed_fused<<<qblocks, kSfThreads, row_bytes, s>>>(sa);
+        size_t row_bytes = (size_t)nq_seed * (size_t)nspad * sizeof(float); /* within kFusedSmemMax */
+        kFilterSeedFused[nq_seed > kSfWarps][lean_s_class(k)]<<<(unsigned)ceil_div(Qtpad, nq_seed), nq_seed * kWarp,
+                                                                 row_bytes, s>>>(sa);
         SS_CUDA_TRY_LAUNCH(ctx, "knn filter centring, sample and seed");
       } else {
         k_filter_centre<<<qblocks, kSfThreads, 0, s>>>(sa);
@@ -2269,7 +2441,8 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       SS_CUDA_TRY_LAUNCH(ctx, "knn filter");
       lf_args la;
       la.lp = fa.lp, la.cnt = fa.cnt, la.cap = (int)cap, la.m = Qt, la.f = f;
-      fin<<<(unsigned)ceil_div(Qt, kSfWarps), kSfThreads, scan_bytes, s>>>(la);
+      lf_kernel fin = kListFinish[nq_fin > kSfWarps][lean_s_class(k)][lean_pl_class(cap / kFlListSlack * 2)];
+      fin<<<(unsigned)ceil_div(Qt, nq_fin), nq_fin * kWarp, scan_bytes, s>>>(la);
       SS_CUDA_TRY_LAUNCH(ctx, "knn filter list finish");
     }
     return SS_OK;
