@@ -2358,10 +2358,15 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   return fused_graph_run(ctx, dv, s, p, v, launch, nq, ix->n, stats);
 }
 
-/* Reference tiles per k_filter block: the fewest waves × tiles per block over the splits (a block holds its
- * query tile's thresholds and norms across its tiles; the last wave should be full). */
+/* Reference tiles per k_filter block: one while the grid is at most kFlOneTileWaves waves (H100, 1,200 queries,
+ * k 25, every grid n from 2^11 to 2^15 (up to 2,560 blocks): one tile a block was as fast or faster than the rule
+ * below, e.g. 2^12 d 64 42 -> 40 us, d 128 60 -> 54, 2^13 d 128 73 -> 69, 2^15 d 256 327 -> 315; session 9);
+ * beyond, the fewest waves × tiles per block over the splits (a block holds its query tile's thresholds and norms
+ * across its tiles; the last wave should be full). */
+constexpr int64_t kFlOneTileWaves = 16;
 int filter_tiles_per_split(int64_t qtiles, int64_t ntiles, int sm_count) {
   int64_t slots = (int64_t)kFlBlocksPerSm * sm_count, best = 1, best_cost = INT64_MAX;
+  if (qtiles * ntiles <= kFlOneTileWaves * slots) return 1;
   for (int64_t t = 1; t <= ntiles; t++) {
     int64_t blocks = qtiles * ceil_div(ntiles, t), cost = ceil_div(blocks, slots) * t;
     if (cost <= best_cost) best = t, best_cost = cost;
