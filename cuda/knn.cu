@@ -1347,13 +1347,13 @@ const sf_kernel kSelectFinish[2][3] = {
  * (lean_select_finish, W = 1). Rows in shared memory matter: read back from L2, the selection's loads of a row
  * waited on each other (clock64 phases on the H100, 2^10, d 32: ~7 k cycles for the first pass over 1,024
  * values of an SGEMM row; a global-row variant for n up to 4,096 was removed with the TF32 filter path, which
- * beat it there). The references are read by every block from L2 (m / 8 blocks × n d 4 bytes): at 2^10 with
+ * beat it there). The references are read by every block from L2 (m / 8 blocks × n d 4 bytes). At 2^10 with
  * 1,200 queries in 120 blocks the distance phase takes ~8.6 k cycles at d 32 and ~29 k at d 128 (clock64 phases,
- * H100), 3.6-4.3 TB/s from L2, about three times its FFMA issue time. Clusters of 4 blocks, each computing the
- * cluster's 40 queries against a quarter of the references and storing the rows to their owners through
- * distributed shared memory, were no faster (10 k and 29 k cycles; each query group's threads loaded the quarter
- * again, so the L1 may have sent the same misses on: docs/knn.md). The filter path takes over beyond
- * fused_small_applies. */
+ * H100), about twice its FFMA issue time, yet it is not bound by L2 (ncu, 2^10 d 128, the whole kernel: L2 12 %,
+ * L1 31 %, 4.5 cycles per issued instruction with ~2.5 warps per scheduler): it is latency-bound at this
+ * occupancy, which is why clusters of 4 blocks sharing the references (a quarter of the L2 traffic each, the rows
+ * sent to their owners through distributed shared memory) were slower, and why fewer instructions (tensor cores,
+ * docs/knn.md) are the next step. The filter path takes over beyond fused_small_applies. */
 constexpr int kFsRefs = 4; /* consecutive references per thread per pass: one float4 */
 /* coordinates per slice of the distance loop, the next slice's loads in flight during this one's arithmetic
  * (8 with the double buffer spilled at the 128-register limit of two blocks per SM) */
