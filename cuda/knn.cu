@@ -1114,10 +1114,10 @@ __device__ double exact_dist_short(const double *qd, const float *row, int d) {
   return st[0];
 }
 
-/* ss_knn_exact_dist of one reference row with d <= SS_KNN_FUSED_MAX_DIM by one thread: the 32 partials in
- * registers, the row read 32 coordinates at a time (float4 loads when rows are 16-byte aligned), then the
+/* ss_knn_exact_dist of one reference row with d <= kLaneMaxDim (ls.qd's length) by one thread: the 32 partials in
+ * registers, the row read kLaneSlice coordinates at a time (float4 loads when rows are 16-byte aligned), then the
  * definition's pairwise combination. qd: the query as doubles, zeros beyond d up to a multiple of 32. */
-constexpr int kLaneSlice = 16;
+constexpr int kLaneSlice = 16; /* no spills at the lean kernels' register limits; 32 spilled */
 __device__ __forceinline__ double exact_dist_lane(const double *qd, const float *row, int d) {
   double p[kWarp];
 #pragma unroll
@@ -1201,7 +1201,8 @@ __device__ __forceinline__ bool lean_lane_rows(const finish_args &f, int W) {
 /* What the lean finish of query qq needs of the query alone, prepared by each of its warps before the values exist
  * (the loads off the selection's chain): the bound E of its values (value_error_bound) returned, its candidate
  * count reset and its coordinates as doubles in ls.qd[ql] (zeros to a multiple of 32) where the finish takes a
- * candidate per lane or d <= 32. Visible to the query's warps after lean_select_finish's first barrier. */
+ * candidate per lane or d <= 32. Visible to the query's warps after lean_select_finish's first barrier (W = 1: its
+ * __syncwarp). */
 template <typename LS>
 __device__ double lean_prepare(const finish_args &f, int64_t qq, bool valid, int W, int ql, int part, LS &ls,
                                int lane) {
