@@ -1378,24 +1378,27 @@ struct fs_args {
   const float *ref_t, *rn; /* the references' view (dpad × npad, transposed) and their norms (+inf padding) */
   int64_t npad;
   int m, d, dpad;
+  int nq; /* queries per block (<= the block's warps) */
   finish_args f;
 };
 
-/* A block's nq queries from q0 (nq = blockDim.x / kWarp <= NQ), centred into qs (transposed, zero-padded to dpad
- * and to NQ queries: a coordinate's values are NQ / 4 float4 broadcasts), and their float norms into qn_s. Ends
- * with a barrier. */
+/* A block's nq = a.nq queries from q0 (nq <= NQ and <= the block's warps), centred into qs (transposed, zero-padded
+ * to dpad and to NQ queries: a coordinate's values are NQ / 4 float4 broadcasts), and their float norms into qn_s.
+ * Ends with a barrier. */
 template <int NQ>
 __device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[NQ], float *qn_s) {
-  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp, nq = blockDim.x / kWarp;
+  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp, nq = a.nq;
   for (int t = tid; t < NQ * a.dpad; t += blockDim.x) { /* row-major reads: coalesced */
     int i = t / a.dpad, j = t % a.dpad;
     qs[j][i] = i < nq && q0 + i < a.m && j < a.d ? a.q[(q0 + i) * a.d + j] - a.mean[j] : 0.0f;
   }
   __syncthreads();
-  float s = 0.0f;
-  for (int j = lane; j < a.d; j += kWarp) s = fmaf(qs[j][w], qs[j][w], s);
-  for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-  if (lane == 0) qn_s[w] = s;
+  if (w < nq) { /* uniform per warp: a wide block's warps beyond its queries only compute distances */
+    float s = 0.0f;
+    for (int j = lane; j < a.d; j += kWarp) s = fmaf(qs[j][w], qs[j][w], s);
+    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    if (lane == 0) qn_s[w] = s;
+  }
   __syncthreads();
 }
 
@@ -1404,7 +1407,7 @@ __device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[NQ], float *
 template <int NQ, int SL>
 __device__ void fs_distances(const fs_args &a, int64_t q0, const float (*qs)[NQ], const float *qn_s, float *rows) {
   static_assert(NQ % 4 == 0 && kFdimStep % SL == 0, "float4 query broadcasts; dpad is a multiple of the slice");
-  int tid = threadIdx.x, nq = blockDim.x / kWarp;
+  int tid = threadIdx.x, nq = a.nq;
   const float4 *qs4 = (const float4 *)&qs[0][0];
   for (int64_t r = (int64_t)kFsRefs * tid; r < a.npad; r += (int64_t)kFsRefs * blockDim.x) {
     float acc[NQ][kFsRefs] = {};
@@ -1451,25 +1454,29 @@ __device__ void fs_distances(const fs_args &a, int64_t q0, const float (*qs)[NQ]
 /* A lean kernel's block shape: NQ query slots (warps) at most, MB blocks per SM for the registers, SL coordinates
  * per slice of the distance loop: the classic launch (kSfWarps queries a block, two blocks per SM) or the balanced
  * one (balanced_queries: up to kQbMax queries a block, one block per SM, so deeper slices fit in registers). */
-template <int NQ>
+template <int NQ, int NW = NQ>
 struct lean_shape {
-  static constexpr int kMinBlocks = NQ == kSfWarps ? kSfMinBlocks : 1;
-  static constexpr int kSlice = NQ == kSfWarps ? kFsSlice : 2 * kFsSlice;
+  static constexpr int kMinBlocks = NW == kSfWarps ? kSfMinBlocks : 1;
+  static constexpr int kSlice = NW == kSfWarps || NW * kWarp > 384 ? kFsSlice : 2 * kFsSlice;
 };
+/* A wide block (k_fused_small, n > 4 kWarp nq): up to kFsWideWarps warps for the distance phase, so that each thread
+ * computes a single pass of kFsRefs references; only the first nq warps then select (H100, 2^11 d 32, 10 queries
+ * a block: 320 threads took two passes over 2,048 references in 192 of them; 16 warps: 23-24 -> 21 us) */
+constexpr int kFsWideWarps = 16;
 
-template <int NQ, int PL, int S>
-__global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_fused_small(fs_args a) {
+template <int NQ, int NW, int PL, int S>
+__global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_fused_small(fs_args a) {
   /* first the block's rows, then the fallback scan's buffer (the rows are dead before any scan) */
   extern __shared__ __align__(16) unsigned char sm_fs[];
   __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][NQ];
   __shared__ float qn_s[NQ];
-  __shared__ lean_shared_t<NQ> ls;
-  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nq = blockDim.x / kWarp;
+  __shared__ lean_shared_t<NW> ls;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nq = a.nq;
   int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
-  bool valid = qq < a.m;
+  bool valid = w < nq && qq < a.m; /* uniform per warp */
   float *rows = (float *)sm_fs;
   fs_centre<NQ>(a, q0, qs, qn_s);
-  fs_distances<NQ, lean_shape<NQ>::kSlice>(a, q0, qs, qn_s, rows);
+  fs_distances<NQ, lean_shape<NQ, NW>::kSlice>(a, q0, qs, qn_s, rows);
   double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane); /* its loads while the block's other warps compute */
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
   value_row src = {rows + w * a.npad};
@@ -1479,10 +1486,12 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_fused
 }
 using fs_kernel = void (*)(fs_args);
 /* [balanced][S class][PL class] */
-#define SS_FS_ROW(NQ, S) {k_fused_small<NQ, kSfMinPerLane, S>, k_fused_small<NQ, 2 * kSfMinPerLane, S>, \
-                          k_fused_small<NQ, kSfMaxPerLane, S>}
-const fs_kernel kFusedSmall[2][2][3] = {{SS_FS_ROW(kSfWarps, 2), SS_FS_ROW(kSfWarps, 4)},
-                                        {SS_FS_ROW(kQbMax, 2), SS_FS_ROW(kQbMax, 4)}};
+#define SS_FS_ROW(NQ, NW, S) {k_fused_small<NQ, NW, kSfMinPerLane, S>, k_fused_small<NQ, NW, 2 * kSfMinPerLane, S>, \
+                              k_fused_small<NQ, NW, kSfMaxPerLane, S>}
+/* [shape: classic, balanced, balanced and wide][S class][PL class] */
+const fs_kernel kFusedSmall[3][2][3] = {{SS_FS_ROW(kSfWarps, kSfWarps, 2), SS_FS_ROW(kSfWarps, kSfWarps, 4)},
+                                        {SS_FS_ROW(kQbMax, kQbMax, 2), SS_FS_ROW(kQbMax, kQbMax, 4)},
+                                        {SS_FS_ROW(kQbMax, kFsWideWarps, 2), SS_FS_ROW(kQbMax, kFsWideWarps, 4)}};
 #undef SS_FS_ROW
 
 /* ---- filter path (beyond fused_small_applies, K' <= 64, d <= 256): seed, filter, list finish ------------
@@ -1545,7 +1554,7 @@ struct flt_seed_args {
  * their float norms (of the unrounded coordinates, like the references'); zeros beyond d and m, up to mpad. */
 template <int NQ>
 __device__ void filter_centre_block(const flt_seed_args &a, int64_t q0, float (*qs)[NQ], float *qn_s) {
-  int tid = threadIdx.x, nq = blockDim.x / kWarp;
+  int tid = threadIdx.x, nq = a.s.nq;
   fs_centre<NQ>(a.s, q0, qs, qn_s);
   for (int t = tid; t < nq * a.s.dpad; t += blockDim.x) {
     int i = t % nq, j = t / nq;
@@ -2339,8 +2348,13 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
                              int Kc, int dpad, int64_t npad, const finish_out &out, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
-  int nq = balanced_queries(m, dv->sm_count);
-  fs_kernel kern = kFusedSmall[nq > kSfWarps][lean_s_class(o->k)][lean_pl_class(ix->n)];
+  int nq = balanced_queries(m, dv->sm_count), nw = nq;
+  if (nq > kSfWarps) { /* a balanced block: wide while its distance phase would take more than one pass */
+    int64_t want = ceil_div(npad, (int64_t)kFsRefs * kWarp);
+    if (want > nq) nw = (int)(want < kFsWideWarps ? want : kFsWideWarps);
+  }
+  int shape = nq == kSfWarps ? 0 : nw == nq ? 1 : 2;
+  fs_kernel kern = kFusedSmall[shape][lean_s_class(o->k)][lean_pl_class(ix->n)];
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k,
                                                         nullptr, out).P2);
   size_t row_bytes = (size_t)nq * (size_t)npad * sizeof(float);
@@ -2348,9 +2362,9 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   auto launch = [&]() -> ss_status {
     fs_args a;
     a.q = d_query, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn, a.npad = npad;
-    a.m = (int)m, a.d = (int)ix->d, a.dpad = dpad;
+    a.m = (int)m, a.d = (int)ix->d, a.dpad = dpad, a.nq = nq;
     a.f = make_finish_args(ix, dv, a.q, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out);
-    kern<<<(unsigned)ceil_div(m, nq), nq * kWarp, smem, s>>>(a);
+    kern<<<(unsigned)ceil_div(m, nq), nw * kWarp, smem, s>>>(a);
     SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances, selection and finish");
     return SS_OK;
   };
@@ -2429,6 +2443,7 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       fa.qt = sa.qt, fa.qn = sa.qn, fa.tau = sa.tau, fa.ref_t = dv->samp_t, fa.rn = dv->samp_tn;
       fa.mpad = Qtpad, fa.npad = nspad, fa.dpad = dpad, fa.ntiles = (int)stiles, fa.tiles_per_split = stps;
       fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.lp = (int2 *)dv->fl_li.p;
+      sa.s.nq = fused_seed ? nq_seed : kSfWarps; /* k_filter_centre: blocks of kSfWarps */
       if (fused_seed) {
         size_t row_bytes = (size_t)nq_seed * (size_t)nspad * sizeof(float); /* within kFusedSmemMax */
         kFilterSeedFused[nq_seed > kSfWarps][lean_s_class(k)]<<<(unsigned)ceil_div(Qtpad, nq_seed), nq_seed * kWarp,
