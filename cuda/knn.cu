@@ -900,8 +900,8 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
  *     x_w = the K'-th smallest of the warp's 64 of them (seed_kth: >= K' values of the part are <= x_w); with
  *     W > 1, after one barrier every warp of the query takes x = min_w x_w;
  *  2. every value within the band of x and its index is appended to the query's candidate slots in shared
- *     memory (W = 1: ballots, lean_filter_warp, and no block barrier at all, so that a block's queries run
- *     on independently; W > 1: a warp prefix count, one atomicAdd per warp and pass). A part of at most PL kWarp
+ *     memory, placed by ballots (lean_filter; W = 1: no block barrier at all, so that a block's queries run
+ *     on independently; W > 1: one atomicAdd per warp and pass reserves its slots). A part of at most PL kWarp
  *     references keeps its values in registers between the passes.
  * What depends on the query alone (its norm and band bound E, its coordinates as doubles) is loaded before the
  * values exist (lean_prepare), off the selection's chain.
@@ -1024,57 +1024,38 @@ __device__ __forceinline__ void lean_load(const Src &src, int base, int len, int
   }
 }
 
-/* Pass 2 of one warp: the indices of its part's values <= y into the query's slots (cnt, ci); v holds pass 1's
- * values when the part is a single pass. */
+/* Pass 2 of one warp: the indices of its part's values <= y into the query's slots ci, placed by ballots in the
+ * warp's order; v holds pass 1's values when the part is a single pass. cnt: the query's shared counter when its W > 1
+ * warps append together (one atomicAdd reserves a pass's slots), nullptr for a query's only warp (no shared state).
+ * Returns the warp's count (all lanes). */
 template <int PL, typename Src>
-__device__ void lean_filter(const Src &src, int len, float y, float (&v)[PL], int (&ids)[PL], int *cnt, int *ci,
-                            int lane) {
-  for (int base = 0; base < len; base += PL * kWarp) {
-    if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v, ids); /* uniform */
-    int mine = 0;
-#pragma unroll
-    for (int c = 0; c < PL; c++) mine += v[c] <= y;
-    int incl = mine; /* inclusive prefix count over the lanes */
-#pragma unroll
-    for (int o = 1; o < kWarp; o <<= 1) {
-      int z = __shfl_up_sync(kFull, incl, o);
-      if (lane >= o) incl += z;
-    }
-    int total = __shfl_sync(kFull, incl, kWarp - 1);
-    if (!total) continue;
-    int start = lane == kWarp - 1 ? atomicAdd(cnt, total) : 0;
-    int pos = __shfl_sync(kFull, start, kWarp - 1) + incl - mine;
-#pragma unroll
-    for (int c = 0; c < PL; c++) {
-      if (!(v[c] <= y)) continue;
-      if (pos < kLeanCap) {
-        if constexpr (Src::kPaired) ci[pos] = ids[c];
-        else ci[pos] = src.id(base + c * kWarp + lane);
-      }
-      pos++;
-    }
-  }
-}
-
-/* lean_filter for a query's only warp: the slots by ballots in the warp's order (no shared counter); returns the
- * count (all lanes). */
-template <int PL, typename Src>
-__device__ int lean_filter_warp(const Src &src, int len, float y, float (&v)[PL], int (&ids)[PL], int *ci, int lane) {
+__device__ int lean_filter(const Src &src, int len, float y, float (&v)[PL], int (&ids)[PL], int *cnt, int *ci,
+                           int lane) {
   const unsigned below = (1u << lane) - 1u;
   int total = 0;
   for (int base = 0; base < len; base += PL * kWarp) {
     if (len > PL * kWarp) lean_load<PL>(src, base, len, lane, v, ids); /* uniform */
+    int pos0 = total;
+    if (cnt) { /* uniform */
+      int pass = 0;
+#pragma unroll
+      for (int c = 0; c < PL; c++) pass += __popc(__ballot_sync(kFull, v[c] <= y));
+      int start = lane == 0 && pass ? atomicAdd(cnt, pass) : 0;
+      pos0 = __shfl_sync(kFull, start, 0);
+    }
+    int off = 0;
 #pragma unroll
     for (int c = 0; c < PL; c++) {
       bool hit = v[c] <= y;
       unsigned mk = __ballot_sync(kFull, hit);
-      int pos = total + __popc(mk & below);
+      int pos = pos0 + off + __popc(mk & below);
       if (hit && pos < kLeanCap) {
         if constexpr (Src::kPaired) ci[pos] = ids[c];
         else ci[pos] = src.id(base + c * kWarp + lane);
       }
-      total += __popc(mk);
+      off += __popc(mk);
     }
+    total += off;
   }
   return total;
 }
@@ -1256,13 +1237,12 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
     __syncwarp();
   }
   float y = lean_band(x, E);
-  int P = 0;
+  int P = valid && x < INFINITY ? lean_filter<PL>(src, len, y, v, ids, W > 1 ? &ls.cnt[ql] : nullptr, ls.ci[ql], lane)
+                                 : 0;
   if (W > 1) {
-    if (valid && x < INFINITY) lean_filter<PL>(src, len, y, v, ids, &ls.cnt[ql], ls.ci[ql], lane);
     __syncthreads(); /* the query's candidates are complete */
     P = ls.cnt[ql];
   } else {
-    if (valid && x < INFINITY) P = lean_filter_warp<PL>(src, len, y, v, ids, ls.ci[ql], lane);
     __syncwarp();
   }
   bool over = !(x < INFINITY) || P > kLeanCap, one = P <= kWarp; /* one: a candidate per lane */
@@ -1470,17 +1450,20 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   extern __shared__ __align__(16) unsigned char sm_fs[];
   __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][NQ];
   __shared__ float qn_s[NQ];
-  __shared__ lean_shared_t<NW> ls;
+  __shared__ lean_shared_t<NQ> ls;
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nq = a.nq;
   int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
-  bool valid = w < nq && qq < a.m; /* uniform per warp */
+  bool mine = w < nq, valid = mine && qq < a.m; /* uniform per warp; a wide block's other warps only compute rows */
   float *rows = (float *)sm_fs;
   fs_centre<NQ>(a, q0, qs, qn_s);
   fs_distances<NQ, lean_shape<NQ, NW>::kSlice>(a, q0, qs, qn_s, rows);
-  double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane); /* its loads while the block's other warps compute */
+  /* its loads while the block's other warps compute */
+  double E = mine ? lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane) : 0.0;
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
-  value_row src = {rows + w * a.npad};
-  lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
+  if (mine) { /* W = 1: no barrier inside */
+    value_row src = {rows + w * a.npad};
+    lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
+  }
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_fs);
 }
