@@ -12,9 +12,9 @@
  *    test needed). `auto` strategy otherwise:
  *    the three timed on the first tile of the first search of each (GPU, n class, K' class), remembered
  *    for the process.
- *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): for the smallest n d one kernel
+ *  - fused (K' <= 64, d <= 256; forced by ss_knn_opts.path): up to 2,048 references one kernel
  *    (k_fused_small: 8 queries a block, up to 12 where that keeps every SM to one block: balanced_queries;
- *    distances, lean selection and finish; fused_small_applies); beyond,
+ *    tensor-core distances into shared memory, lean selection and finish; fused_small_applies); beyond,
  *    the filter path: a seed threshold per query from a strided sample of the references, a tensor-core
  *    (TF32) kernel that appends every value within the threshold to the query's list (the distance matrix is
  *    never written), and the lean finish over the lists: three to five launches. Both are replayed as a CUDA
@@ -567,11 +567,36 @@ __device__ __forceinline__ float round_tf32(float x) {
   return __uint_as_float(u);
 }
 
+/* c += a b for one m16n8k8 TF32 tile (float accumulators) */
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+               "{%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* The small kernels' layout (k_fused_small, k_filter_seed_fused): the same values in the order of the TF32 MMA's A
+ * fragments (m16n8k8, references as the 16 rows), so that a lane's fragment for one k8 step of one m16 tile is a
+ * float4 and a warp's load of it 512 contiguous bytes: float4 (mt dpad / 8 + ks) 32 + lane holds, for g = lane / 4
+ * and t = lane % 4, references 16 mt + g (+ 8) at coordinates 8 ks + t (+ 4) in the order (g, t), (g + 8, t),
+ * (g, t + 4), (g + 8, t + 4). */
+constexpr int kTcM = 16; /* references per m16 tile */
+__device__ __forceinline__ void frag_cell(int64_t t, int dpad, int64_t *c, int *k) {
+  int e = (int)(t % 4), lane = (int)(t / 4 % kWarp);
+  int64_t tile = t / (4 * kWarp);
+  int ks = (int)(tile % (dpad / kFdimStep));
+  *c = tile / (dpad / kFdimStep) * kTcM + lane / 4 + 8 * (e & 1);
+  *k = ks * kFdimStep + lane % 4 + 4 * (e >> 1);
+}
+
 __global__ void k_fused_refs(const float *ref_c, const float *norm, int64_t n, int64_t count, int d, int dpad,
-                             int64_t npad, bool tf32, float *ref_t, float *rn) {
+                             int64_t npad, bool tf32, bool frag, float *ref_t, float *rn) {
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (int64_t)dpad * npad;
        t += (int64_t)gridDim.x * blockDim.x) {
-    int64_t k = t / npad, c = t % npad, r = c * n / count;
+    int64_t c = t % npad;
+    int k = (int)(t / npad);
+    if (frag) frag_cell(t, dpad, &c, &k);
+    int64_t r = c * n / count;
     float v = k < d && c < count ? ref_c[r * d + k] : 0.0f;
     ref_t[t] = tf32 ? round_tf32(v) : v;
     if (k == 0) rn[c] = c < count ? norm[r] : INFINITY;
@@ -1320,148 +1345,189 @@ const sf_kernel kSelectFinish[2][3] = {
 
 /* ---- fused small path (fused_small_applies, K' <= 64, d <= 256): one kernel, no centring, no SGEMM ----
  * A block of kSfWarps queries (a balanced launch: up to kQbMax, balanced_queries) against every reference: it
- * centres its queries into shared memory (transposed and zero-padded to dpad and to the block's query slots, so
- * that a coordinate's values are float4 broadcasts) and takes their float norms; each thread then computes its
- * block's queries × kFsRefs consecutive references per pass (ref_t, the fused kernel's transposed view: one
- * coalesced float4 load per coordinate, the next slice of coordinates in flight) and writes max(‖q'‖² + ‖r'‖² − 2 q'·r', 0), the tiled path's value, to the query's
- * row in shared memory; after a barrier each warp selects and finishes one query from its row
- * (lean_select_finish, W = 1). Rows in shared memory matter: read back from L2, the selection's loads of a row
- * waited on each other (clock64 phases on the H100, 2^10, d 32: ~7 k cycles for the first pass over 1,024
- * values of an SGEMM row; a global-row variant for n up to 4,096 was removed with the TF32 filter path, which
- * beat it there). The references are read by every block from L2 (m / 8 blocks × n d 4 bytes). At 2^10 with
- * 1,200 queries in 120 blocks the distance phase takes ~8.6 k cycles at d 32 and ~29 k at d 128 (clock64 phases,
- * H100), about twice its FFMA issue time, yet it is not bound by L2 (ncu, 2^10 d 128, the whole kernel: L2 12 %,
- * L1 31 %, 4.5 cycles per issued instruction with ~2.5 warps per scheduler): it is latency-bound at this
- * occupancy, which is why clusters of 4 blocks sharing the references (a quarter of the L2 traffic each, the rows
- * sent to their owners through distributed shared memory) were slower, and why fewer instructions (tensor cores,
- * docs/knn.md) are the next step. The filter path takes over beyond fused_small_applies. */
-constexpr int kFsRefs = 4; /* consecutive references per thread per pass: one float4 */
-/* coordinates per slice of the distance loop, the next slice's loads in flight during this one's arithmetic
- * (8 with the double buffer spilled at the 128-register limit of two blocks per SM) */
-constexpr int kFsSlice = 4;
-static_assert(kFdimStep % kFsSlice == 0, "dpad is a multiple of the slice");
+ * centres its queries into shared memory and takes their float norms, then its warps compute the values
+ * max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) on the tensor cores (fs_distances: TF32 m16n8k8 MMAs, the references as the
+ * 16 rows in the view's fragment order, the block's queries as one or two n8 columns) into the queries' rows in
+ * shared memory; after a barrier each warp selects and finishes one query from its row (lean_select_finish,
+ * W = 1), with the TF32 bound (tc_error_bound, finish_args.tc) on the values. Rows in shared memory matter: read
+ * back from L2, the selection's loads of a row waited on each other (clock64 phases on the H100, 2^10, d 32: ~7 k
+ * cycles for the first pass over 1,024 values of an SGEMM row). The tensor cores matter too: the FFMA distance
+ * phase this replaced (a thread per 4 references × the block's queries, session 9) took ~8.6 k cycles at 2^10
+ * d 32 and ~29 k at d 128, latency-bound at ~2.5 warps per scheduler (ncu: L2 12 %, L1 31 %). Clusters sharing
+ * the references (4 blocks, each a quarter of them for the cluster's 40 queries, values sent to their owners
+ * through distributed shared memory) were slower with either distance phase (session 10 with the MMAs: 2^10 d 32
+ * 15 -> 19 us; the cluster barriers and remote stores cost more than the L2 reads they save; docs/knn.md). The
+ * filter path takes over beyond fused_small_applies. */
 /* rows in shared memory up to this many (padded) references: kSfWarps rows of 2,048 floats, 64 KB a block,
  * two blocks per SM as the registers allow (a balanced block: up to kQbMax rows, 96 KB, one block per SM) */
 constexpr int64_t kFsSmemRefs = 2048;
-/* k_fused_small runs the fused path while n <= kFsMaxRefs or n dpad <= kFsMaxCells (and the rows fit in
- * shared memory), the filter path beyond: H100, 1,200 queries, k 25 (session 8), k_fused_small vs the TF32
- * filter path: 2^10 d 32-256: 20 / 26 / 38 / 61 us vs 26 / 30 / 43 / 67; 2^11 d 32: 27 vs 29, d 64: 38 vs
- * 36, d 128: 58 vs 48; 2^12 every d: the filter path (d 32: 36 vs 44, d 128: 61 vs 102) */
-constexpr int64_t kFsMaxRefs = 1024, kFsMaxCells = 65536;
-bool fused_small_applies(int64_t n, int dpad) {
-  return n <= kFsSmemRefs && (n <= kFsMaxRefs || n * dpad <= kFsMaxCells);
-}
+/* a row's stride is npad + kFsRowPad floats: the MMA epilogue's four query rows per store then fall in four
+ * different bank octets (npad is a multiple of 128), and rows stay 16-byte aligned */
+constexpr int kFsRowPad = 4;
+int64_t fs_row_stride(int64_t npad) { return npad + kFsRowPad; }
+/* k_fused_small runs the fused path while the rows fit in shared memory, the filter path beyond. H100, 1,200
+ * queries, k 25, 2^11 (session 10, tensor-core distance phase without clusters): k_fused_small vs the filter path
+ * d 32-256: 19 / 24 / 34 / 52 us vs - / 31 / 42 / 64 (with the FFMA distance phase the filter path won from
+ * 2^11 d 64 on). */
+bool fused_small_applies(int64_t n) { return n <= kFsSmemRefs; }
 static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0, "the query copies hold dpad coordinates");
 
 struct fs_args {
   const float *q, *mean; /* queries (original coordinates), the reference mean */
-  const float *ref_t, *rn; /* the references' view (dpad × npad, transposed) and their norms (+inf padding) */
-  int64_t npad;
+  const float *ref_t, *rn; /* the references' view (fragment order: k_fused_refs) and their norms (+inf padding) */
+  int64_t npad, rs;        /* padded references; the stride of the rows in shared memory (fs_row_stride) */
   int m, d, dpad;
   int nq; /* queries per block (<= the block's warps) */
   finish_args f;
 };
 
-/* A block's nq = a.nq queries from q0 (nq <= NQ and <= the block's warps), centred into qs (transposed, zero-padded
- * to dpad and to NQ queries: a coordinate's values are NQ / 4 float4 broadcasts), and their float norms into qn_s.
- * Ends with a barrier. */
-template <int NQ>
-__device__ void fs_centre(const fs_args &a, int64_t q0, float (*qs)[NQ], float *qn_s) {
-  int tid = threadIdx.x, w = tid / kWarp, lane = tid % kWarp, nq = a.nq;
-  for (int t = tid; t < NQ * a.dpad; t += blockDim.x) { /* row-major reads: coalesced */
-    int i = t / a.dpad, j = t % a.dpad;
-    qs[j][i] = i < nq && q0 + i < a.m && j < a.d ? a.q[(q0 + i) * a.d + j] - a.mean[j] : 0.0f;
-  }
-  __syncthreads();
-  if (w < nq) { /* uniform per warp: a wide block's warps beyond its queries only compute distances */
-    float s = 0.0f;
-    for (int j = lane; j < a.d; j += kWarp) s = fmaf(qs[j][w], qs[j][w], s);
-    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-    if (lane == 0) qn_s[w] = s;
+/* The nq queries from q0 centred into qst (nq × a.dpad, row-major; zeros beyond d and a.m), the global loads
+ * batched kFsLoadBatch a thread (one load waited on per store made the centring a chain of L2 latencies). Ends
+ * with a barrier. */
+constexpr int kFsLoadBatch = 4;
+__device__ void fs_stage_queries(const fs_args &a, int64_t q0, int nq, float *qst) {
+  int total = nq * a.dpad;
+  for (int t0 = threadIdx.x; t0 < total; t0 += kFsLoadBatch * blockDim.x) {
+    float v[kFsLoadBatch];
+#pragma unroll
+    for (int u = 0; u < kFsLoadBatch; u++) {
+      int t = t0 + u * blockDim.x, i = t / a.dpad, j = t % a.dpad;
+      v[u] = t < total && q0 + i < a.m && j < a.d ? __ldg(a.q + (q0 + i) * a.d + j) - __ldg(a.mean + j) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kFsLoadBatch; u++)
+      if (t0 + u * (int)blockDim.x < total) qst[t0 + u * blockDim.x] = v[u];
   }
   __syncthreads();
 }
 
-/* The rows max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's nq queries against the npad columns of a.ref_t (row i
- * at rows + i npad; queries beyond a.m skipped); SL coordinates per slice. */
-template <int NQ, int SL>
-__device__ void fs_distances(const fs_args &a, int64_t q0, const float (*qs)[NQ], const float *qn_s, float *rows) {
-  static_assert(NQ % 4 == 0 && kFdimStep % SL == 0, "float4 query broadcasts; dpad is a multiple of the slice");
-  int tid = threadIdx.x, nq = a.nq;
-  const float4 *qs4 = (const float4 *)&qs[0][0];
-  for (int64_t r = (int64_t)kFsRefs * tid; r < a.npad; r += (int64_t)kFsRefs * blockDim.x) {
-    float acc[NQ][kFsRefs] = {};
-    const float *col = a.ref_t + r;
-    float4 rv[SL], nx[SL]; /* this slice of SL coordinates, the next one (in flight) */
+/* Query slots as MMA columns: n8 tiles of queries, and the shared-memory floats of their B fragments */
+constexpr int fs_qtiles(int slots) { return (slots + 7) / 8; }
+constexpr int fs_qfrag_floats(int slots) { return SS_KNN_FUSED_MAX_DIM * 8 * fs_qtiles(slots); }
+
+/* The float norms ‖q'‖² of the nq staged queries (qst) into qn_s, a warp per query. */
+__device__ void fs_query_norms(const fs_args &a, const float *qst, int nq, float *qn_s) {
+  int lane = threadIdx.x % kWarp;
+  for (int i = threadIdx.x / kWarp; i < nq; i += blockDim.x / kWarp) { /* uniform per warp */
+    float s = 0.0f;
+    for (int j = lane; j < a.d; j += kWarp) s = fmaf(qst[i * a.dpad + j], qst[i * a.dpad + j], s);
+    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    if (lane == 0) qn_s[i] = s;
+  }
+}
+
+/* The ncq staged queries (qst) as the MMAs' B fragments in qf, rounded to TF32 (the filter path's queries are):
+ * float2 (ks 32 + lane) NT + nt holds coordinates 8 ks + t and + 4 (t = lane % 4) of slot 8 nt + lane / 4, zeros
+ * beyond ncq; their float norms (of the unrounded coordinates, like the references') into qn_s. The caller's
+ * barrier makes them visible. */
+template <int CQ>
+__device__ void fs_queries(const fs_args &a, const float *qst, int ncq, float *qf, float *qn_s) {
+  constexpr int NT = fs_qtiles(CQ);
+  fs_query_norms(a, qst, ncq, qn_s);
+  for (int t = threadIdx.x; t < a.dpad * 8 * NT; t += blockDim.x) {
+    int e = t % 2, nt = t / 2 % NT, lane = t / (2 * NT) % kWarp, ks = t / (2 * NT * kWarp);
+    int i = 8 * nt + lane / 4, j = kFdimStep * ks + lane % 4 + 4 * e;
+    qf[t] = i < ncq ? round_tf32(qst[i * a.dpad + j]) : 0.0f;
+  }
+}
+
+/* The distance phase's shape: m16 tiles of references a warp computes together (kFsGroup: 32 accumulators for two
+ * n8 tiles of queries) and its ring of A fragment loads (kFsRing steps of the group in registers: the loads of the
+ * next kFsRing - 1 steps in flight during a step's MMAs; H100, 1,200 queries: 3 instead of 2 changed nothing
+ * measurable from 2^10 to 2^12). */
+constexpr int kFsGroup = 4, kFsRing = 2;
+
+/* The values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's a.nq queries from q0 (qf, qn_s: fs_queries) against
+ * the npad references of the fragment view, into the rows (row i at rows + i a.rs; queries beyond a.m skipped):
+ * warp w takes m16 tiles w, w + NW, ... in groups of fs_group, the A fragments of the next steps in flight. */
+template <int NQ>
+__device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, const float *qn_s, float *rows) {
+  constexpr int NT = fs_qtiles(NQ), G = kFsGroup, D = kFsRing;
+  int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp, g = lane / 4, t = lane % 4;
+  int steps = a.dpad / kFdimStep, tiles = (int)(a.npad / kTcM);
+  const float4 *view = (const float4 *)a.ref_t + lane;
+  const float2 *qf2 = (const float2 *)qf + lane * NT;
+  for (int mt0 = w; mt0 < tiles; mt0 += G * nw) {
+    float acc[G][NT][4] = {};
+    float4 buf[D][G]; /* a ring of steps: step ks in slot ks % D */
+    /* the group's tiles are nw apart; one beyond the last reads tile mt0 again (uniform; computed, not stored) */
+    const float4 *p = view + (int64_t)mt0 * steps * kWarp;
+    int tile_step = nw * steps * kWarp, last = (tiles - 1 - mt0) / nw;
 #pragma unroll
-    for (int u = 0; u < SL; u++) rv[u] = __ldg((const float4 *)(col + (int64_t)u * a.npad));
-    for (int j0 = 0; j0 < a.dpad; j0 += SL) {
-      if (j0 + SL < a.dpad) /* uniform: the next slice's loads overlap this slice's arithmetic */
+    for (int s = 0; s < D - 1; s++)
+      if (s < steps) /* uniform */
 #pragma unroll
-        for (int u = 0; u < SL; u++) nx[u] = __ldg((const float4 *)(col + (int64_t)(j0 + SL + u) * a.npad));
+        for (int j = 0; j < G; j++) buf[s][j] = __ldg(p + (j <= last ? j : 0) * tile_step + s * kWarp);
+    for (int ks0 = 0; ks0 < steps; ks0 += D) {
 #pragma unroll
-      for (int u = 0; u < SL; u++) {
-        float qv[NQ];
+      for (int s = 0; s < D; s++) {
+        int ks = ks0 + s;
+        if (ks >= steps) break; /* uniform */
+        if (ks + D - 1 < steps) /* uniform: into the slot the previous step freed */
 #pragma unroll
-        for (int g = 0; g < NQ / 4; g++) {
-          float4 x = qs4[(NQ / 4) * (j0 + u) + g];
-          qv[4 * g] = x.x, qv[4 * g + 1] = x.y, qv[4 * g + 2] = x.z, qv[4 * g + 3] = x.w;
-        }
-        const float rr[kFsRefs] = {rv[u].x, rv[u].y, rv[u].z, rv[u].w};
+          for (int j = 0; j < G; j++)
+            buf[(s + D - 1) % D][j] = __ldg(p + (j <= last ? j : 0) * tile_step + (ks + D - 1) * kWarp);
+        float2 b[NT];
 #pragma unroll
-        for (int i = 0; i < NQ; i++) {
-          if (i >= kSfWarps && i >= nq) continue; /* uniform: a balanced block's empty query slots */
+        for (int nt = 0; nt < NT; nt++) b[nt] = qf2[ks * kWarp * NT + nt];
 #pragma unroll
-          for (int c = 0; c < kFsRefs; c++) acc[i][c] = fmaf(qv[i], rr[c], acc[i][c]);
+        for (int j = 0; j < G; j++) {
+          const unsigned af[4] = {__float_as_uint(buf[s][j].x), __float_as_uint(buf[s][j].y),
+                                  __float_as_uint(buf[s][j].z), __float_as_uint(buf[s][j].w)};
+#pragma unroll
+          for (int nt = 0; nt < NT; nt++)
+            mma_tf32(acc[j][nt], af, __float_as_uint(b[nt].x), __float_as_uint(b[nt].y));
         }
       }
-#pragma unroll
-      for (int u = 0; u < SL; u++) rv[u] = nx[u];
     }
-    float4 rn4 = __ldg((const float4 *)(a.rn + r));
-    const float rn[kFsRefs] = {rn4.x, rn4.y, rn4.z, rn4.w};
 #pragma unroll
-    for (int i = 0; i < NQ; i++) {
-      if (i >= nq || q0 + i >= a.m) continue;
-      float o[kFsRefs], qn = qn_s[i];
+    for (int j = 0; j < G; j++) {
+      if (j > last) break; /* uniform */
+      int64_t r = (int64_t)(mt0 + j * nw) * kTcM + g;
+      const float rn[2] = {__ldg(a.rn + r), __ldg(a.rn + r + 8)};
 #pragma unroll
-      for (int c = 0; c < kFsRefs; c++) o[c] = fmaxf(qn + rn[c] + -2.0f * acc[i][c], 0.0f);
-      *(float4 *)(rows + i * a.npad + r) = make_float4(o[0], o[1], o[2], o[3]);
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) { /* c % 2: query 8 nt + 2 t (+ 1); c / 2: reference r (+ 8) */
+          int i = 8 * nt + 2 * t + c % 2;
+          if (i < a.nq && q0 + i < a.m)
+            rows[i * a.rs + r + 8 * (c / 2)] = fmaxf(fmaf(-2.0f, acc[j][nt][c], qn_s[i] + rn[c / 2]), 0.0f);
+        }
     }
   }
 }
 
-/* A lean kernel's block shape: NQ query slots (warps) at most, MB blocks per SM for the registers, SL coordinates
- * per slice of the distance loop: the classic launch (kSfWarps queries a block, two blocks per SM) or the balanced
- * one (balanced_queries: up to kQbMax queries a block, one block per SM, so deeper slices fit in registers). */
+/* A lean kernel's block shape: NQ query slots (warps) at most, MB blocks per SM for the registers: the classic
+ * launch (kSfWarps queries a block, two blocks per SM) or the balanced one (balanced_queries: up to kQbMax queries
+ * a block, one block per SM). */
 template <int NQ, int NW = NQ>
 struct lean_shape {
   static constexpr int kMinBlocks = NW == kSfWarps ? kSfMinBlocks : 1;
-  static constexpr int kSlice = NW == kSfWarps || NW * kWarp > 384 ? kFsSlice : 2 * kFsSlice;
 };
-/* A wide block (k_fused_small, n > 4 kWarp nq): up to kFsWideWarps warps for the distance phase, so that each thread
- * computes a single pass of kFsRefs references; only the first nq warps then select (H100, 2^11 d 32, 10 queries
- * a block: 320 threads took two passes over 2,048 references in 192 of them; 16 warps: 23-24 -> 21 us) */
+/* A wide block (k_fused_small): up to kFsWideWarps warps for the distance phase, so that each warp computes a single
+ * group of m16 tiles; only the first nq warps then select (H100, 2^11 d 32 with the FFMA distance phase, 10
+ * queries a block: 16 warps instead of 10 took 23-24 -> 21 us) */
 constexpr int kFsWideWarps = 16;
-
 template <int NQ, int NW, int PL, int S>
 __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_fused_small(fs_args a) {
-  /* first the block's rows, then the fallback scan's buffer (the rows are dead before any scan) */
+  /* first the queries' B fragments and the block's rows (which stage the queries before), then the fallback scan's
+   * buffer (both dead before any scan) */
   extern __shared__ __align__(16) unsigned char sm_fs[];
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][NQ];
   __shared__ float qn_s[NQ];
   __shared__ lean_shared_t<NQ> ls;
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nq = a.nq;
   int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
   bool mine = w < nq, valid = mine && qq < a.m; /* uniform per warp; a wide block's other warps only compute rows */
-  float *rows = (float *)sm_fs;
-  fs_centre<NQ>(a, q0, qs, qn_s);
-  fs_distances<NQ, lean_shape<NQ, NW>::kSlice>(a, q0, qs, qn_s, rows);
+  float *qf = (float *)sm_fs, *rows = qf + a.dpad * 8 * fs_qtiles(NQ);
+  fs_stage_queries(a, q0, nq, rows);
+  fs_queries<NQ>(a, rows, nq, qf, qn_s);
+  __syncthreads(); /* the fragments are built, the staged queries dead */
+  fs_distances<NQ>(a, q0, qf, qn_s, rows);
   /* its loads while the block's other warps compute */
   double E = mine ? lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane) : 0.0;
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
   if (mine) { /* W = 1: no barrier inside */
-    value_row src = {rows + w * a.npad};
+    value_row src = {rows + w * a.rs};
     lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   }
   __syncthreads();
@@ -1533,15 +1599,13 @@ struct flt_seed_args {
   int k;
 };
 
-/* The block's nq queries centred (fs_centre) and written transposed to qt (rounded to TF32: k_filter's) with
- * their float norms (of the unrounded coordinates, like the references'); zeros beyond d and m, up to mpad. */
-template <int NQ>
-__device__ void filter_centre_block(const flt_seed_args &a, int64_t q0, float (*qs)[NQ], float *qn_s) {
+/* The block's staged queries (qst: fs_stage_queries, zeros beyond d and m) written transposed to qt up to mpad
+ * (rounded to TF32: k_filter's), and their float norms (qn_s, fs_query_norms) to qn; behind a barrier. */
+__device__ void filter_write_queries(const flt_seed_args &a, int64_t q0, const float *qst, const float *qn_s) {
   int tid = threadIdx.x, nq = a.s.nq;
-  fs_centre<NQ>(a.s, q0, qs, qn_s);
   for (int t = tid; t < nq * a.s.dpad; t += blockDim.x) {
     int i = t % nq, j = t / nq;
-    if (q0 + i < a.mpad) a.qt[(int64_t)j * a.mpad + q0 + i] = round_tf32(qs[j][i]);
+    if (q0 + i < a.mpad) a.qt[(int64_t)j * a.mpad + q0 + i] = round_tf32(qst[i * a.s.dpad + j]);
   }
   if (tid < nq && q0 + tid < a.mpad) a.qn[q0 + tid] = qn_s[tid];
 }
@@ -1566,9 +1630,12 @@ __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_
 }
 
 __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][kSfWarps];
-  __shared__ float qn_s[kSfWarps];
-  filter_centre_block<kSfWarps>(a, (int64_t)blockIdx.x * kSfWarps, qs, qn_s);
+  __shared__ float qst[kSfWarps * SS_KNN_FUSED_MAX_DIM], qn_s[kSfWarps];
+  int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
+  fs_stage_queries(a.s, q0, kSfWarps, qst);
+  fs_query_norms(a.s, qst, kSfWarps, qn_s);
+  __syncthreads();
+  filter_write_queries(a, q0, qst, qn_s);
 }
 
 /* Steps 1-3 in one kernel while the sample rows fit in shared memory (nspad <= kFsSmemRefs): k_fused_small's
@@ -1576,15 +1643,19 @@ __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
 template <int NQ, int S>
 __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_filter_seed_fused(flt_seed_args a) {
   extern __shared__ __align__(16) unsigned char sm_fl[]; /* the block's sample rows */
-  __shared__ __align__(16) float qs[SS_KNN_FUSED_MAX_DIM][NQ];
+  __shared__ __align__(16) float qf[fs_qfrag_floats(NQ)];
   __shared__ float qn_s[NQ];
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int64_t q0 = (int64_t)blockIdx.x * (blockDim.x / kWarp);
-  float *rows = (float *)sm_fl;
-  filter_centre_block<NQ>(a, q0, qs, qn_s);
-  fs_distances<NQ, lean_shape<NQ>::kSlice>(a.s, q0, qs, qn_s, rows);
+  float *rows = (float *)sm_fl; /* staging the queries first (sized for both) */
+  fs_stage_queries(a.s, q0, a.s.nq, rows);
+  fs_queries<NQ>(a.s, rows, a.s.nq, qf, qn_s);
   __syncthreads();
-  filter_seed_row<S>(a, rows + w * a.nspad, q0 + w, lane);
+  filter_write_queries(a, q0, rows, qn_s);
+  __syncthreads();
+  fs_distances<NQ>(a.s, q0, qf, qn_s, rows);
+  __syncthreads();
+  filter_seed_row<S>(a, rows + w * a.s.rs, q0 + w, lane);
 }
 
 template <int S>
@@ -1612,14 +1683,6 @@ constexpr int kFlWarpQ = 16, kFlNt = kFlR / 8, kFlRefsPerLane = kFlR / 4;
 constexpr int kFlAStride = kFlQ + 8, kFlBStride = kFlR + 4;
 static_assert(kFlQ == kSfWarps * kFlWarpQ && kFlThreads == kSfWarps * kWarp, "a warp per 16 queries of the tile");
 static_assert(kFlK == 8 && kFlNt == 16 && kFlRefsPerLane == 2 * kFlNt, "one k8 MMA step per slice; pick_run");
-
-/* c += a b for one m16n8k8 TF32 tile (float accumulators) */
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};\n"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 /* the value of query half h against reference j of the lane's run (run-time j: selects, since indexing a register
  * array at run time would put it in local memory) */
@@ -2269,10 +2332,11 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
 }
 
 /* A reference view for the fused kernels (k_fused_refs: `count` columns of npad), built once per index. */
-/* Dynamic shared memory of the fused kernels: up to kQbMax rows of kFsSmemRefs floats, which also holds the scan
+/* Dynamic shared memory of the fused kernels: the queries' B fragments and up to kQbMax rows of kFsSmemRefs floats
+ * (k_fused_small; the seed's fragments are static), which also holds the scan
  * buffer of any K' the fused path takes. Beyond 48 KB (static + dynamic) a kernel needs the opt-in, set once per
  * index (always the same value, so indices created concurrently do not race) rather than on every search. */
-constexpr size_t kFusedSmemMax = (size_t)kQbMax * kFsSmemRefs * sizeof(float);
+constexpr size_t kFusedSmemMax = (size_t)(fs_qfrag_floats(kQbMax) + kQbMax * (kFsSmemRefs + kFsRowPad)) * sizeof(float);
 static_assert(finish_warp_smem(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES)) <= kFusedSmemMax, "the scan buffer fits");
 /* finish_exact_scan's buffer (finish_scan_size, sized for kThreads) takes a round of a kQbMax-warp block */
 static_assert(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES) >= SS_KNN_FUSED_MAX_CANDIDATES + 2 * kQbMax * kWarp,
@@ -2288,17 +2352,17 @@ ss_status set_fused_smem(ss_ctx *ctx) {
   return SS_OK;
 }
 
-/* The transposed view of `count` references (strided when fewer than n) and their norms, built once per index;
- * tf32: coordinates rounded to TF32 (the filter path's views). */
+/* The view of `count` references (strided when fewer than n) and their norms, built once per index, its coordinates
+ * rounded to TF32: transposed (k_filter) or in fragment order (frag: k_fused_small, k_filter_seed_fused). */
 ss_status fused_view(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, int dpad, int64_t count, int64_t npad,
-                     bool tf32, float **view, float **norms, cudaStream_t s) {
+                     bool frag, float **view, float **norms, cudaStream_t s) {
   if (*view) return SS_OK;
   SS_TRY(SS_CUDA_ALLOC(ctx, *view, (int64_t)dpad * npad, "KNN transposed references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, *norms, npad, "KNN padded reference norms"));
   int64_t cells = (int64_t)dpad * npad, blocks = ceil_div(cells, kThreads);
   unsigned grid = (unsigned)(blocks < 65535 ? blocks : 65535);
-  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, tf32, *view,
-                                         *norms);
+  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, true, frag,
+                                         *view, *norms);
   SS_CUDA_TRY_LAUNCH(ctx, "knn fused reference view");
   return SS_OK;
 }
@@ -2332,21 +2396,24 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
   int nq = balanced_queries(m, dv->sm_count), nw = nq;
-  if (nq > kSfWarps) { /* a balanced block: wide while its distance phase would take more than one pass */
-    int64_t want = ceil_div(npad, (int64_t)kFsRefs * kWarp);
+  int slots = nq > kSfWarps ? kQbMax : kSfWarps; /* the kernel's query slots, NQ */
+  if (nq > kSfWarps) { /* a balanced block: wide while its warps would take more than one group of m16 tiles */
+    int64_t want = ceil_div(npad, (int64_t)kFsGroup * kTcM);
     if (want > nq) nw = (int)(want < kFsWideWarps ? want : kFsWideWarps);
   }
   int shape = nq == kSfWarps ? 0 : nw == nq ? 1 : 2;
   fs_kernel kern = kFusedSmall[shape][lean_s_class(o->k)][lean_pl_class(ix->n)];
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k,
                                                         nullptr, out).P2);
-  size_t row_bytes = (size_t)nq * (size_t)npad * sizeof(float);
+  int64_t row_floats = nq * std::max(fs_row_stride(npad), (int64_t)dpad); /* the rows, or the staged queries */
+  size_t row_bytes = (size_t)(dpad * 8 * fs_qtiles(slots) + row_floats) * sizeof(float);
   size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes; /* within kFusedSmemMax (set_fused_smem) */
   auto launch = [&]() -> ss_status {
     fs_args a;
     a.q = d_query, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn, a.npad = npad;
-    a.m = (int)m, a.d = (int)ix->d, a.dpad = dpad, a.nq = nq;
+    a.rs = fs_row_stride(npad), a.m = (int)m, a.d = (int)ix->d, a.dpad = dpad, a.nq = nq;
     a.f = make_finish_args(ix, dv, a.q, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out);
+    a.f.tc = true; /* the rows hold TF32 values */
     kern<<<(unsigned)ceil_div(m, nq), nw * kWarp, smem, s>>>(a);
     SS_CUDA_TRY_LAUNCH(ctx, "knn fused distances, selection and finish");
     return SS_OK;
@@ -2383,7 +2450,10 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   ns = ns < kFlMinSample ? kFlMinSample : ns > kFlMaxSample ? kFlMaxSample : ns;
   if (ns > n) ns = n;
   int64_t nspad = ceil_div(ns, kFlR) * kFlR;
-  SS_TRY(fused_view(ctx, ix, dv, dpad, ns, nspad, true, &dv->samp_t, &dv->samp_tn, s));
+  /* steps 1-3 in one kernel while the sample rows fit in shared memory and its L2 reads stay small; the sample
+   * view's layout follows (fixed per index) */
+  bool fused_seed = nspad <= kFsSmemRefs && nspad * dpad <= kFlFusedSeedCells;
+  SS_TRY(fused_view(ctx, ix, dv, dpad, ns, nspad, fused_seed, &dv->samp_t, &dv->samp_tn, s));
   int64_t cap = next_pow2(kFlListSlack * ceil_div(k * n, ns));
   cap = cap < kFlMinList ? kFlMinList : cap > kFlMaxList ? kFlMaxList : cap;
   /* queries per batch: the lists within kFlListBytes, at most knn.query_tile (whole kFlQ tiles, at least one) */
@@ -2397,8 +2467,6 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(ws_ensure(ctx, &dv->fl_cnt, (size_t)Q * sizeof(int), "KNN filter list lengths"));
   SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int2), "KNN filter lists"));
   flt_seed_kernel seed = kFilterSeed[lean_s_class(k)];
-  /* steps 1-3 in one kernel while the sample rows fit in shared memory and its L2 reads stay small */
-  bool fused_seed = nspad <= kFsSmemRefs && nspad * dpad <= kFlFusedSeedCells;
   if (!fused_seed)
     SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * nspad) * sizeof(float), "KNN filter sample rows"));
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)k, nullptr,
@@ -2415,7 +2483,7 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       flt_seed_args sa;
       memset(&sa, 0, sizeof(sa));
       sa.s.q = f.q, sa.s.mean = dv->mean, sa.s.m = (int)Qt, sa.s.d = (int)ix->d, sa.s.dpad = dpad, sa.s.f = f;
-      sa.s.ref_t = dv->samp_t, sa.s.rn = dv->samp_tn, sa.s.npad = nspad;
+      sa.s.ref_t = dv->samp_t, sa.s.rn = dv->samp_tn, sa.s.npad = nspad, sa.s.rs = fs_row_stride(nspad);
       sa.qt = (float *)dv->fl_qt.p, sa.qn = (float *)dv->fl_qn.p, sa.tau = (float *)dv->fl_tau.p;
       sa.vals = (const float *)dv->fl_lv.p, sa.cnt = (int *)dv->fl_cnt.p;
       sa.mpad = Qtpad, sa.nspad = nspad, sa.k = (int)k;
@@ -2428,7 +2496,8 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       fa.cap = (int)cap, fa.cnt = sa.cnt, fa.lv = (float *)dv->fl_lv.p, fa.lp = (int2 *)dv->fl_li.p;
       sa.s.nq = fused_seed ? nq_seed : kSfWarps; /* k_filter_centre: blocks of kSfWarps */
       if (fused_seed) {
-        size_t row_bytes = (size_t)nq_seed * (size_t)nspad * sizeof(float); /* within kFusedSmemMax */
+        /* the rows, or the staged queries; within kFusedSmemMax */
+        size_t row_bytes = (size_t)nq_seed * (size_t)std::max(sa.s.rs, (int64_t)dpad) * sizeof(float);
         kFilterSeedFused[nq_seed > kSfWarps][lean_s_class(k)]<<<(unsigned)ceil_div(Qtpad, nq_seed), nq_seed * kWarp,
                                                                  row_bytes, s>>>(sa);
         SS_CUDA_TRY_LAUNCH(ctx, "knn filter centring, sample and seed");
@@ -2464,8 +2533,8 @@ ss_status fused_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   knn_dev *dv = (knn_dev *)ix->cuda;
   int dpad = (int)(ceil_div(ix->d, kFdimStep) * kFdimStep);
   int64_t npad = ceil_div(ix->n, kFr) * kFr;
-  bool small = fused_small_applies(ix->n, dpad); /* fixed per index: so is the view's rounding */
-  SS_TRY(fused_view(ctx, ix, dv, dpad, ix->n, npad, !small, &dv->ref_t, &dv->ref_tn, ss_cuda_stream(ix->be)));
+  bool small = fused_small_applies(ix->n); /* fixed per index: so is the view's layout */
+  SS_TRY(fused_view(ctx, ix, dv, dpad, ix->n, npad, small, &dv->ref_t, &dv->ref_tn, ss_cuda_stream(ix->be)));
   if (small) return fused_small_search(ctx, ix, o, d_query, m, Kc, dpad, npad, out, stats);
   return filter_search(ctx, ix, o, d_query, m, Kc, dpad, npad, out, stats);
 }
