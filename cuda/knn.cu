@@ -558,9 +558,9 @@ static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0, "fused dimension padding");
 /* ref_t (dpad × npad: centred references transposed, zeros beyond d and count) and rn (npad norms, +inf
  * beyond count): the fused kernels' coalesced, bounds-free view of `count` of the n references, column c
  * holding reference c n / count (all of them in order when count = n; the filter path's strided sample). */
-/* x rounded to the nearest TF32 (ties away from zero), as a float: what k_filter's MMAs read exactly. The views
- * that only k_filter reads (or whose other readers use the same bound: the fused seed) are stored rounded, so that
- * its inner loop converts nothing (cvt.rna.tf32 is several instructions on sm_90). */
+/* x rounded to the nearest TF32 (ties away from zero), as a float: what the MMAs read exactly. Every reference view
+ * is stored rounded (all its readers are MMAs under tc_error_bound), so that no inner loop converts anything
+ * (cvt.rna.tf32 is several instructions on sm_90). */
 __device__ __forceinline__ float round_tf32(float x) {
   unsigned u;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(u) : "f"(x));
@@ -590,7 +590,7 @@ __device__ __forceinline__ void frag_cell(int64_t t, int dpad, int64_t *c, int *
 }
 
 __global__ void k_fused_refs(const float *ref_c, const float *norm, int64_t n, int64_t count, int d, int dpad,
-                             int64_t npad, bool tf32, bool frag, float *ref_t, float *rn) {
+                             int64_t npad, bool frag, float *ref_t, float *rn) {
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < (int64_t)dpad * npad;
        t += (int64_t)gridDim.x * blockDim.x) {
     int64_t c = t % npad;
@@ -598,7 +598,7 @@ __global__ void k_fused_refs(const float *ref_c, const float *norm, int64_t n, i
     if (frag) frag_cell(t, dpad, &c, &k);
     int64_t r = c * n / count;
     float v = k < d && c < count ? ref_c[r * d + k] : 0.0f;
-    ref_t[t] = tf32 ? round_tf32(v) : v;
+    ref_t[t] = round_tf32(v);
     if (k == 0) rn[c] = c < count ? norm[r] : INFINITY;
   }
 }
@@ -2361,7 +2361,7 @@ ss_status fused_view(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, int
   SS_TRY(SS_CUDA_ALLOC(ctx, *norms, npad, "KNN padded reference norms"));
   int64_t cells = (int64_t)dpad * npad, blocks = ceil_div(cells, kThreads);
   unsigned grid = (unsigned)(blocks < 65535 ? blocks : 65535);
-  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, true, frag,
+  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, frag,
                                          *view, *norms);
   SS_CUDA_TRY_LAUNCH(ctx, "knn fused reference view");
   return SS_OK;
