@@ -555,9 +555,10 @@ constexpr int kFr = 128;      /* reference padding: the filter kernel's tile */
 constexpr int kFdimStep = 8;  /* dpad: d rounded up to this (the filter kernel's slice) */
 static_assert(SS_KNN_FUSED_MAX_DIM % kFdimStep == 0, "fused dimension padding");
 
-/* ref_t (dpad × npad: centred references transposed, zeros beyond d and count) and rn (npad norms, +inf
- * beyond count): the fused kernels' coalesced, bounds-free view of `count` of the n references, column c
- * holding reference c n / count (all of them in order when count = n; the filter path's strided sample). */
+/* ref_t (dpad × npad cells: centred references, transposed or in fragment order (below), zeros beyond d and count)
+ * and rn (npad norms, +inf beyond count): the fused kernels' coalesced, bounds-free view of `count` of the n
+ * references, its reference c being reference c n / count (all of them in order when count = n; the filter path's
+ * strided sample). */
 /* x rounded to the nearest TF32 (ties away from zero), as a float: what the MMAs read exactly. Every reference view
  * is stored rounded (all its readers are MMAs under tc_error_bound), so that no inner loop converts anything
  * (cvt.rna.tf32 is several instructions on sm_90). */
@@ -1439,7 +1440,7 @@ constexpr int kFsGroup = 4, kFsRing = 2;
 
 /* The values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's a.nq queries from q0 (qf, qn_s: fs_queries) against
  * the npad references of the fragment view, into the rows (row i at rows + i a.rs; queries beyond a.m skipped):
- * warp w takes m16 tiles w, w + NW, ... in groups of fs_group, the A fragments of the next steps in flight. */
+ * warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, the A fragments of the next steps in flight. */
 template <int NQ>
 __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, const float *qn_s, float *rows) {
   constexpr int NT = fs_qtiles(NQ), G = kFsGroup, D = kFsRing;
@@ -1497,7 +1498,7 @@ __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, cons
   }
 }
 
-/* A lean kernel's block shape: NQ query slots (warps) at most, MB blocks per SM for the registers: the classic
+/* A lean kernel's block shape: NQ query slots (warps) at most, kMinBlocks blocks per SM for the registers: the classic
  * launch (kSfWarps queries a block, two blocks per SM) or the balanced one (balanced_queries: up to kQbMax queries
  * a block, one block per SM). */
 template <int NQ, int NW = NQ>
@@ -1534,7 +1535,6 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_fs);
 }
 using fs_kernel = void (*)(fs_args);
-/* [balanced][S class][PL class] */
 #define SS_FS_ROW(NQ, NW, S) {k_fused_small<NQ, NW, kSfMinPerLane, S>, k_fused_small<NQ, NW, 2 * kSfMinPerLane, S>, \
                               k_fused_small<NQ, NW, kSfMaxPerLane, S>}
 /* [shape: classic, balanced, balanced and wide][S class][PL class] */
@@ -1639,7 +1639,8 @@ __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
 }
 
 /* Steps 1-3 in one kernel while the sample rows fit in shared memory (nspad <= kFsSmemRefs): k_fused_small's
- * distance phase against the sample view (a.s.ref_t, a.s.rn, a.s.npad = nspad), 8 queries a block. */
+ * distance phase against the sample view (a.s.ref_t in fragment order, a.s.rn, a.s.npad = nspad), a.s.nq queries a
+ * block (kSfWarps, or up to kQbMax balanced). */
 template <int NQ, int S>
 __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_filter_seed_fused(flt_seed_args a) {
   extern __shared__ __align__(16) unsigned char sm_fl[]; /* the block's sample rows */

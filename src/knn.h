@@ -107,8 +107,8 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
   return kc < n ? kc : n;
 }
 
-/* GPU path: the fused path (no distance matrix in memory: one kernel for the smallest n d, beyond it the
- * filter path's seed, tensor-core (TF32, with its own error bound) filter and list finish; K' <=
+/* GPU path: the fused path (no distance matrix in memory: one kernel up to 2,048 references, beyond it the
+ * filter path's seed, filter and list finish; tensor-core (TF32) distances with their own error bound; K' <=
  * SS_KNN_FUSED_MAX_CANDIDATES and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path
  * (cuBLAS SGEMM tiles + a selection kernel), or auto — where the fused path applies and n <= 65,536, the faster of the two, timed
  * on the first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
