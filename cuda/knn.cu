@@ -723,10 +723,13 @@ __global__ void k_finish(finish_args a) {
  * shuffled inside the coordinate loop were slower at d 128 and 256, groups of 32 spilled registers). */
 constexpr int kExGroup = 8;
 /* coordinate blocks of 32 loaded per round trip (brief K5 run 3: one block per round trip made the per-warp
- * finish 2-5 % slower than the former per-lane loads at d 128 and 256) */
-constexpr int kExBlocks = 2;
+ * finish 2-5 % slower than the former per-lane loads at d 128 and 256); the lean finish of k_fused_small and
+ * k_list_finish loads kExBlocksLean (H100, 1,200 queries, k 25, session 11: 2^10 d 128 exact phase 14.5 k -> 13.3 k
+ * cycles, d 256 24.7 k -> 22.0 k; 2^10 d 256 38 -> 36-37 us), which spills in k_select_finish */
+constexpr int kExBlocks = 2, kExBlocksLean = 4; /* with kFsBatch, the wide k_fused_small spills 4-12 bytes */
 static_assert(SS_KNN_EXACT_LANES == kWarp && kWarp % kExGroup == 0, "a warp's lanes are the partials");
 
+template <int EB>
 __device__ double warp_exact_group(const float *qrow, const float *ref, int d, const int (&li)[2], int c0, int nc,
                                    int lane) {
   int r[kExGroup]; /* the rows, uniform: loaded without a shuffle in the coordinate loop */
@@ -739,10 +742,10 @@ __device__ double warp_exact_group(const float *qrow, const float *ref, int d, c
   double p[kExGroup];
 #pragma unroll
   for (int c = 0; c < kExGroup; c++) p[c] = 0.0;
-  for (int j0 = 0; j0 < d; j0 += kExBlocks * kWarp) { /* kExBlocks coordinate blocks' loads in flight at once */
-    float qx[kExBlocks], x[kExBlocks][kExGroup];
+  for (int j0 = 0; j0 < d; j0 += EB * kWarp) { /* EB coordinate blocks' loads in flight at once */
+    float qx[EB], x[EB][kExGroup];
 #pragma unroll
-    for (int u = 0; u < kExBlocks; u++) {
+    for (int u = 0; u < EB; u++) {
       int j = j0 + u * kWarp + lane;
       bool in = j < d;
       qx[u] = in ? __ldg(qrow + j) : 0.0f;
@@ -750,7 +753,7 @@ __device__ double warp_exact_group(const float *qrow, const float *ref, int d, c
       for (int c = 0; c < kExGroup; c++) x[u][c] = in && r[c] != kNoIndex ? __ldg(ref + (int64_t)r[c] * d + j) : 0.0f;
     }
 #pragma unroll
-    for (int u = 0; u < kExBlocks; u++) /* in coordinate order: each partial's sequence of additions */
+    for (int u = 0; u < EB; u++) /* in coordinate order: each partial's sequence of additions */
 #pragma unroll
       for (int c = 0; c < kExGroup; c++) {
         double t = __dsub_rn((double)qx[u], (double)x[u][c]);
@@ -814,14 +817,15 @@ __device__ double finish_query_norm(const finish_args &a, int64_t qq, int lane) 
   return qn;
 }
 
-/* The exact distances of groups g0, g0 + gstep, ... of query qq's nc candidates (warp_exact_group; li: their
+/* The exact distances of groups g0, g0 + gstep, ... of query qq's nc candidates (warp_exact_group<EB>; li: their
  * indices, entry e = lane + kWarp h) into the lanes that hold their entries (sd[h]); entries of other groups
  * and beyond nc are left as they are. */
+template <int EB = kExBlocks>
 __device__ void finish_exact_groups(const finish_args &a, int64_t qq, const int (&li)[2], int nc, int g0, int gstep,
                                     int lane, double (&sd)[2]) {
   const float *qrow = a.q + qq * a.d;
   for (int g = g0; g * kExGroup < nc; g += gstep) { /* entry g kExGroup + lane mod kExGroup */
-    double e = warp_exact_group(qrow, a.ref, a.d, li, g * kExGroup, nc, lane);
+    double e = warp_exact_group<EB>(qrow, a.ref, a.d, li, g * kExGroup, nc, lane);
     if (lane / kExGroup != g % (kWarp / kExGroup) || g * kExGroup + lane % kExGroup >= nc) continue;
     if (g * kExGroup < kWarp) sd[0] = e;
     else sd[1] = e;
@@ -1221,9 +1225,10 @@ __device__ double lean_prepare(const finish_args &f, int64_t qq, bool valid, int
 }
 
 /* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
- * part (len values read through src); S: seed values per lane; E: lean_prepare's bound. Called by every thread of
- * the block (barriers); leaves ls.need_scan[ql] for finish_block_scans. */
-template <int PL, int S, typename Src, typename LS>
+ * part (len values read through src); S: seed values per lane; EB: the exact groups' coordinate blocks per round
+ * trip (warp_exact_group); E: lean_prepare's bound. Called by every thread of the block (barriers); leaves
+ * ls.need_scan[ql] for finish_block_scans. */
+template <int PL, int S, int EB, typename Src, typename LS>
 __device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
                                    bool valid, double E, LS &ls, int w, int lane) {
   const bool lane_rows = lean_lane_rows(f, W);
@@ -1289,7 +1294,7 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
       sd[h] = f.d <= kWarp ? exact_dist_short(ls.qd[ql], row, f.d) : exact_dist_lane(ls.qd[ql], row, f.d);
     }
   } else {
-    if (valid && !over) finish_exact_groups(f, qq, li, P, part, W, lane, sd);
+    if (valid && !over) finish_exact_groups<EB>(f, qq, li, P, part, W, lane, sd);
   }
   if (W > 1 && !short_rows) { /* W is uniform across the block, so the barrier below is too */
     if (valid && !over)
@@ -1328,7 +1333,7 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_a
   int begin = part * a.chunk, len = valid ? max(0, min(a.chunk, t.Rt - begin)) : 0;
   gemm_row src = {t.dist + qq * t.ld + begin, t.rnorm + begin, valid ? t.qnorm[qq] : 0.0f, t.r0 + begin};
   double E = lean_prepare(a.f, qq, valid, a.W, ql, part, ls, lane);
-  lean_select_finish<PL, S>(a.f, src, len, a.W, ql, part, qq, valid, E, ls, w, lane);
+  lean_select_finish<PL, S, kExBlocks>(a.f, src, len, a.W, ql, part, qq, valid, E, ls, w, lane);
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
 }
@@ -1433,41 +1438,47 @@ __device__ void fs_queries(const fs_args &a, const float *qst, int ncq, float *q
 }
 
 /* The distance phase's shape: m16 tiles of references a warp computes together (kFsGroup: 32 accumulators for two
- * n8 tiles of queries) and its ring of A fragment loads (kFsRing steps of the group in registers: the loads of the
- * next kFsRing - 1 steps in flight during a step's MMAs; H100, 1,200 queries: 3 instead of 2 changed nothing
- * measurable from 2^10 to 2^12). */
-constexpr int kFsGroup = 4, kFsRing = 2;
+ * n8 tiles of queries) and the k8 steps of their A fragments loaded together (kFsBatch: the batch's loads, and the
+ * group's reference norms with the first, are one round trip, then its MMAs run). The former ring of steps (the
+ * next step's loads issued before a step's MMAs) apparently waited for every load in flight at its first MMA of a
+ * ring turn (ncu's stall samples: all on that MMA; a third ring slot had changed nothing), so a batch of 4 halves
+ * the waits. H100, 1,200 queries, k 25, session 11 (clock64 per warp): the distance phase at 2^11 d 32 10.8 k ->
+ * 10.2 k cycles, 2^10 d 128 11.1 k -> 10.6 k; ratio to the GEMM at 2^11 d 32 1.50-1.52 -> 1.48-1.49. A batch of
+ * 8 spilled. */
+constexpr int kFsGroup = 4, kFsBatch = 4;
 
 /* The values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's a.nq queries from q0 (qf, qn_s: fs_queries) against
  * the npad references of the fragment view, into the rows (row i at rows + i a.rs; queries beyond a.m skipped):
- * warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, the A fragments of the next steps in flight. */
+ * warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, kFsBatch steps of A fragments at a time. */
 template <int NQ>
 __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, const float *qn_s, float *rows) {
-  constexpr int NT = fs_qtiles(NQ), G = kFsGroup, D = kFsRing;
+  constexpr int NT = fs_qtiles(NQ), G = kFsGroup, B = kFsBatch;
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp, g = lane / 4, t = lane % 4;
   int steps = a.dpad / kFdimStep, tiles = (int)(a.npad / kTcM);
   const float4 *view = (const float4 *)a.ref_t + lane;
   const float2 *qf2 = (const float2 *)qf + lane * NT;
   for (int mt0 = w; mt0 < tiles; mt0 += G * nw) {
     float acc[G][NT][4] = {};
-    float4 buf[D][G]; /* a ring of steps: step ks in slot ks % D */
     /* the group's tiles are nw apart; one beyond the last reads tile mt0 again (uniform; computed, not stored) */
     const float4 *p = view + (int64_t)mt0 * steps * kWarp;
     int tile_step = nw * steps * kWarp, last = (tiles - 1 - mt0) / nw;
+    float rn[G][2];
 #pragma unroll
-    for (int s = 0; s < D - 1; s++)
-      if (s < steps) /* uniform */
+    for (int j = 0; j < G; j++) {
+      int64_t r = (int64_t)(mt0 + (j <= last ? j : 0) * nw) * kTcM + g;
+      rn[j][0] = __ldg(a.rn + r), rn[j][1] = __ldg(a.rn + r + 8);
+    }
+    for (int ks0 = 0; ks0 < steps; ks0 += B) {
+      float4 buf[B][G];
 #pragma unroll
-        for (int j = 0; j < G; j++) buf[s][j] = __ldg(p + (j <= last ? j : 0) * tile_step + s * kWarp);
-    for (int ks0 = 0; ks0 < steps; ks0 += D) {
+      for (int s = 0; s < B; s++)
+        if (ks0 + s < steps) /* uniform */
 #pragma unroll
-      for (int s = 0; s < D; s++) {
+          for (int j = 0; j < G; j++) buf[s][j] = __ldg(p + (j <= last ? j : 0) * tile_step + (ks0 + s) * kWarp);
+#pragma unroll
+      for (int s = 0; s < B; s++) {
         int ks = ks0 + s;
         if (ks >= steps) break; /* uniform */
-        if (ks + D - 1 < steps) /* uniform: into the slot the previous step freed */
-#pragma unroll
-          for (int j = 0; j < G; j++)
-            buf[(s + D - 1) % D][j] = __ldg(p + (j <= last ? j : 0) * tile_step + (ks + D - 1) * kWarp);
         float2 b[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) b[nt] = qf2[ks * kWarp * NT + nt];
@@ -1485,14 +1496,13 @@ __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, cons
     for (int j = 0; j < G; j++) {
       if (j > last) break; /* uniform */
       int64_t r = (int64_t)(mt0 + j * nw) * kTcM + g;
-      const float rn[2] = {__ldg(a.rn + r), __ldg(a.rn + r + 8)};
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int c = 0; c < 4; c++) { /* c % 2: query 8 nt + 2 t (+ 1); c / 2: reference r (+ 8) */
           int i = 8 * nt + 2 * t + c % 2;
           if (i < a.nq && q0 + i < a.m)
-            rows[i * a.rs + r + 8 * (c / 2)] = fmaxf(fmaf(-2.0f, acc[j][nt][c], qn_s[i] + rn[c / 2]), 0.0f);
+            rows[i * a.rs + r + 8 * (c / 2)] = fmaxf(fmaf(-2.0f, acc[j][nt][c], qn_s[i] + rn[j][c / 2]), 0.0f);
         }
     }
   }
@@ -1529,7 +1539,7 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
   if (mine) { /* W = 1: no barrier inside */
     value_row src = {rows + w * a.rs};
-    lean_select_finish<PL, S>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
+    lean_select_finish<PL, S, kExBlocksLean>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   }
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_fs);
@@ -1858,7 +1868,7 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_list_
   double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane);
   list_row src = {a.lp + qq * a.cap};
   /* an overflowed list is passed empty: no seed, so the query is scanned */
-  lean_select_finish<PL, S>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
+  lean_select_finish<PL, S, kExBlocksLean>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_lf);
 }
