@@ -723,10 +723,12 @@ __global__ void k_finish(finish_args a) {
  * shuffled inside the coordinate loop were slower at d 128 and 256, groups of 32 spilled registers). */
 constexpr int kExGroup = 8;
 /* coordinate blocks of 32 loaded per round trip (brief K5 run 3: one block per round trip made the per-warp
- * finish 2-5 % slower than the former per-lane loads at d 128 and 256); the lean finish of k_fused_small and
- * k_list_finish loads kExBlocksLean (H100, 1,200 queries, k 25, session 11: 2^10 d 128 exact phase 14.5 k -> 13.3 k
- * cycles, d 256 24.7 k -> 22.0 k; 2^10 d 256 38 -> 36-37 us), which spills in k_select_finish */
-constexpr int kExBlocks = 2, kExBlocksLean = 4; /* with kFsBatch, the wide k_fused_small spills 4-12 bytes */
+ * finish 2-5 % slower than the former per-lane loads at d 128 and 256); k_fused_small's lean finish loads
+ * kExBlocksLean (H100, 1,200 queries, k 25, session 11: 2^10 exact phase (clock64) d 128 14.5 k -> 13.3 k cycles,
+ * d 256 24.7 k -> 22.0 k; 2^10 d 256 38 -> 36.6 us). Not in k_select_finish (it spills there) nor k_list_finish
+ * (2^12 d 32, which never takes the groups, 1.53 -> 1.56 in the same runs); with kFsBatch the wide k_fused_small
+ * spills 4-12 bytes. */
+constexpr int kExBlocks = 2, kExBlocksLean = 4;
 static_assert(SS_KNN_EXACT_LANES == kWarp && kWarp % kExGroup == 0, "a warp's lanes are the partials");
 
 template <int EB>
@@ -1868,7 +1870,7 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_list_
   double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane);
   list_row src = {a.lp + qq * a.cap};
   /* an overflowed list is passed empty: no seed, so the query is scanned */
-  lean_select_finish<PL, S, kExBlocksLean>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
+  lean_select_finish<PL, S, kExBlocks>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   __syncthreads();
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_lf);
 }
