@@ -869,11 +869,15 @@ __device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, c
   return finish_warp_cert(a, qq, qn, (double)reg_get(lv, a.Kc - 1), (int64_t)a.Kc >= a.n, sd, si, lane);
 }
 
-/* After a block barrier that follows every warp's finish_warp_query: the whole block scans the flagged
- * queries q_first + v (need_scan[v], v < nq) one after another with finish_exact_scan, in smem (P2 doubles
- * and ints). blockDim.x must be the kThreads that finish_scan_size assumes at most. */
-__device__ void finish_block_scans(const finish_args &a, int64_t q_first, const int *need_scan, int nq,
+/* Called by every thread once its warp has flagged its query or not (need_scan[v]; flagged: this thread's), it
+ * ends a finish kernel: a block barrier that also tells whether any query of the block is flagged (the usual case:
+ * none, and the block is done — a loop over need_scan after a plain barrier took ~0.9 k cycles at the end of every
+ * k_fused_small block, ncu's samples, session 12); then the whole block scans the flagged queries q_first + v
+ * (v < nq) one after another with finish_exact_scan, in smem (P2 doubles and ints). blockDim.x must be the kThreads
+ * that finish_scan_size assumes at most. */
+__device__ void finish_block_scans(const finish_args &a, int64_t q_first, const int *need_scan, int nq, bool flagged,
                                    unsigned char *smem) {
+  if (!__syncthreads_or(flagged)) return;
   double *bd = (double *)smem;
   int *bi = (int *)(bd + a.P2);
   for (int v = 0; v < nq; v++) {
@@ -916,9 +920,8 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
     scan = finish_warp_query(a, qq, qn, lv, li, sd, lane);
   }
   if (lane == 0) need_scan[w] = scan;
-  __syncthreads();
   int64_t q_first = (int64_t)blockIdx.x * kFinWarps;
-  finish_block_scans(a, q_first, need_scan, (int)(m - q_first < kFinWarps ? m - q_first : kFinWarps), sm_fw);
+  finish_block_scans(a, q_first, need_scan, (int)(m - q_first < kFinWarps ? m - q_first : kFinWarps), scan, sm_fw);
 }
 
 /* ---- one-tile selection and finish in one kernel (K' <= kRegList, n <= kSfMaxRefs) ----------------
@@ -1229,9 +1232,9 @@ __device__ double lean_prepare(const finish_args &f, int64_t qq, bool valid, int
 /* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
  * part (len values read through src); S: seed values per lane; EB: the exact groups' coordinate blocks per round
  * trip (warp_exact_group); E: lean_prepare's bound. Called by every thread of the block (barriers); leaves
- * ls.need_scan[ql] for finish_block_scans. */
+ * ls.need_scan[ql] for finish_block_scans and returns it (the same in the query's warps). */
 template <int PL, int S, int EB, typename Src, typename LS>
-__device__ void lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
+__device__ bool lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
                                    bool valid, double E, LS &ls, int w, int lane) {
   const bool lane_rows = lean_lane_rows(f, W);
   float v[PL], m[S], mc[kSeedChains][S]; /* independent insertion chains, merged after the passes */
@@ -1314,6 +1317,7 @@ __device__ void lean_select_finish(const finish_args &f, const Src &src, int len
     finish_warp_write(f, qq, sd, li, lane);
   }
   if (lane == 0 && part == 0) ls.need_scan[ql] = valid && over;
+  return valid && over;
 }
 
 struct sf_args {
@@ -1335,9 +1339,8 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_a
   int begin = part * a.chunk, len = valid ? max(0, min(a.chunk, t.Rt - begin)) : 0;
   gemm_row src = {t.dist + qq * t.ld + begin, t.rnorm + begin, valid ? t.qnorm[qq] : 0.0f, t.r0 + begin};
   double E = lean_prepare(a.f, qq, valid, a.W, ql, part, ls, lane);
-  lean_select_finish<PL, S, kExBlocks>(a.f, src, len, a.W, ql, part, qq, valid, E, ls, w, lane);
-  __syncthreads();
-  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), sm_sf);
+  bool flagged = lean_select_finish<PL, S, kExBlocks>(a.f, src, len, a.W, ql, part, qq, valid, E, ls, w, lane);
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < qpb ? a.m - q0 : qpb), flagged, sm_sf);
 }
 
 /* The lean kernels' template arguments: PL from the longest part (kSfMinPerLane, twice that or kSfMaxPerLane
@@ -1440,54 +1443,72 @@ __device__ void fs_queries(const fs_args &a, const float *qst, int ncq, float *q
 }
 
 /* The distance phase's shape: m16 tiles of references a warp computes together (kFsGroup: 32 accumulators for two
- * n8 tiles of queries) and the k8 steps of their A fragments loaded together (kFsBatch: the batch's loads, and the
- * group's reference norms with the first, are one round trip, then its MMAs run). The former ring of steps (the
- * next step's loads issued before a step's MMAs) apparently waited for every load in flight at its first MMA of a
- * ring turn (ncu's stall samples: all on that MMA; a third ring slot had changed nothing), so a batch of 4 halves
- * the waits. H100, 1,200 queries, k 25, session 11 (clock64 per warp): the distance phase at 2^11 d 32 10.8 k ->
- * 10.2 k cycles, 2^10 d 128 11.1 k -> 10.6 k; ratio to the GEMM at 2^11 d 32 1.50-1.52 -> 1.48-1.49. A batch of
- * 8 spilled. */
+ * n8 tiles of queries) and the k8 steps of their A fragments loaded together (kFsBatch: the batch's loads and the
+ * group's reference norms are one round trip, then its MMAs run). The former ring of steps (the next step's loads
+ * issued before a step's MMAs) apparently waited for every load in flight at its first MMA of a ring turn (ncu's
+ * stall samples: all on that MMA; a third ring slot had changed nothing), so a batch of 4 halves the waits. H100,
+ * 1,200 queries, k 25, session 11 (clock64 per warp): the distance phase at 2^11 d 32 10.8 k -> 10.2 k cycles,
+ * 2^10 d 128 11.1 k -> 10.6 k; ratio to the GEMM at 2^11 d 32 1.50-1.52 -> 1.48-1.49. A batch of 8 spilled.
+ * No branch lies between a batch's loads and its MMAs: a step beyond the last is loaded from the last (a valid
+ * address) and zeroed, because ptxas waited for the loads in flight at such a branch — ncu's samples (session 12,
+ * 2^10 d 32) had the norms' round trip waited on at the per-step guard, before the fragments' loads were issued. */
 constexpr int kFsGroup = 4, kFsBatch = 4;
 
 /* The values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's a.nq queries from q0 (qf, qn_s: fs_queries) against
  * the npad references of the fragment view, into the rows (row i at rows + i a.rs; queries beyond a.m skipped):
- * warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, kFsBatch steps of A fragments at a time. */
+ * warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, kFsBatch steps of A fragments at a time. A thread's
+ * four query slots (8 nt + 2 t + e) keep their norms and row offsets in registers: the epilogue re-read qn_s for
+ * every value, each read waited on (session 12's ncu samples). */
 template <int NQ>
 __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, const float *qn_s, float *rows) {
   constexpr int NT = fs_qtiles(NQ), G = kFsGroup, B = kFsBatch;
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, nw = blockDim.x / kWarp, g = lane / 4, t = lane % 4;
   int steps = a.dpad / kFdimStep, tiles = (int)(a.npad / kTcM);
-  const float4 *view = (const float4 *)a.ref_t + lane;
   const float2 *qf2 = (const float2 *)qf + lane * NT;
+  float qn[NT][2];
+  int qrow[NT][2]; /* the slot's row offset in rows (plus g), -1: no query there */
+#pragma unroll
+  for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      int i = 8 * nt + 2 * t + e;
+      bool ok = i < a.nq && q0 + i < a.m;
+      qn[nt][e] = ok ? qn_s[i] : 0.0f;
+      qrow[nt][e] = ok ? i * (int)a.rs + g : -1;
+    }
   for (int mt0 = w; mt0 < tiles; mt0 += G * nw) {
     float acc[G][NT][4] = {};
-    /* the group's tiles are nw apart; one beyond the last reads tile mt0 again (uniform; computed, not stored) */
-    const float4 *p = view + (int64_t)mt0 * steps * kWarp;
-    int tile_step = nw * steps * kWarp, last = (tiles - 1 - mt0) / nw;
-    float rn[G][2];
+    /* the group's tiles are nw apart; one beyond the last reads tile mt0 again (computed, not stored) */
+    const float4 *p[G];
+    const float *rnp[G];
 #pragma unroll
     for (int j = 0; j < G; j++) {
-      int64_t r = (int64_t)(mt0 + (j <= last ? j : 0) * nw) * kTcM + g;
-      rn[j][0] = __ldg(a.rn + r), rn[j][1] = __ldg(a.rn + r + 8);
+      int mt = mt0 + j * nw < tiles ? mt0 + j * nw : mt0;
+      p[j] = (const float4 *)a.ref_t + (int64_t)mt * steps * kWarp + lane;
+      rnp[j] = a.rn + (int64_t)mt * kTcM + g;
     }
+    float rn[G][2];
     for (int ks0 = 0; ks0 < steps; ks0 += B) {
       float4 buf[B][G];
 #pragma unroll
-      for (int s = 0; s < B; s++)
-        if (ks0 + s < steps) /* uniform */
+      for (int s = 0; s < B; s++) {
+        int ks = min(ks0 + s, steps - 1);
 #pragma unroll
-          for (int j = 0; j < G; j++) buf[s][j] = __ldg(p + (j <= last ? j : 0) * tile_step + (ks0 + s) * kWarp);
+        for (int j = 0; j < G; j++) buf[s][j] = __ldg(p[j] + ks * kWarp);
+      }
+#pragma unroll
+      for (int j = 0; j < G; j++) rn[j][0] = __ldg(rnp[j]), rn[j][1] = __ldg(rnp[j] + 8); /* L1 hits after the first */
 #pragma unroll
       for (int s = 0; s < B; s++) {
-        int ks = ks0 + s;
-        if (ks >= steps) break; /* uniform */
+        bool live = ks0 + s < steps;
+        int ks = min(ks0 + s, steps - 1);
         float2 b[NT];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) b[nt] = qf2[ks * kWarp * NT + nt];
 #pragma unroll
         for (int j = 0; j < G; j++) {
-          const unsigned af[4] = {__float_as_uint(buf[s][j].x), __float_as_uint(buf[s][j].y),
-                                  __float_as_uint(buf[s][j].z), __float_as_uint(buf[s][j].w)};
+          const unsigned af[4] = {live ? __float_as_uint(buf[s][j].x) : 0u, live ? __float_as_uint(buf[s][j].y) : 0u,
+                                  live ? __float_as_uint(buf[s][j].z) : 0u, live ? __float_as_uint(buf[s][j].w) : 0u};
 #pragma unroll
           for (int nt = 0; nt < NT; nt++)
             mma_tf32(acc[j][nt], af, __float_as_uint(b[nt].x), __float_as_uint(b[nt].y));
@@ -1496,15 +1517,14 @@ __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, cons
     }
 #pragma unroll
     for (int j = 0; j < G; j++) {
-      if (j > last) break; /* uniform */
-      int64_t r = (int64_t)(mt0 + j * nw) * kTcM + g;
+      if (mt0 + j * nw >= tiles) break; /* uniform */
+      int r = (mt0 + j * nw) * kTcM;
 #pragma unroll
       for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) { /* c % 2: query 8 nt + 2 t (+ 1); c / 2: reference r (+ 8) */
-          int i = 8 * nt + 2 * t + c % 2;
-          if (i < a.nq && q0 + i < a.m)
-            rows[i * a.rs + r + 8 * (c / 2)] = fmaxf(fmaf(-2.0f, acc[j][nt][c], qn_s[i] + rn[j][c / 2]), 0.0f);
+        for (int c = 0; c < 4; c++) { /* c % 2: slot 8 nt + 2 t (+ 1); c / 2: reference r + g (+ 8) */
+          int o = qrow[nt][c % 2];
+          if (o >= 0) rows[o + r + 8 * (c / 2)] = fmaxf(fmaf(-2.0f, acc[j][nt][c], qn[nt][c % 2] + rn[j][c / 2]), 0.0f);
         }
     }
   }
@@ -1539,12 +1559,13 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   /* its loads while the block's other warps compute */
   double E = mine ? lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane) : 0.0;
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
+  bool flagged = false;
   if (mine) { /* W = 1: no barrier inside */
     value_row src = {rows + w * a.rs};
-    lean_select_finish<PL, S, kExBlocksLean>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w, lane);
+    flagged = lean_select_finish<PL, S, kExBlocksLean>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls,
+                                                       w, lane);
   }
-  __syncthreads();
-  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_fs);
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), flagged, sm_fs);
 }
 using fs_kernel = void (*)(fs_args);
 #define SS_FS_ROW(NQ, NW, S) {k_fused_small<NQ, NW, kSfMinPerLane, S>, k_fused_small<NQ, NW, 2 * kSfMinPerLane, S>, \
@@ -1870,9 +1891,9 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_list_
   double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane);
   list_row src = {a.lp + qq * a.cap};
   /* an overflowed list is passed empty: no seed, so the query is scanned */
-  lean_select_finish<PL, S, kExBlocks>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
-  __syncthreads();
-  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), sm_lf);
+  bool flagged = lean_select_finish<PL, S, kExBlocks>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w,
+                                                      lane);
+  finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), flagged, sm_lf);
 }
 using flt_seed_kernel = void (*)(flt_seed_args);
 using lf_kernel = void (*)(lf_args);
