@@ -1392,53 +1392,44 @@ struct fs_args {
   finish_args f;
 };
 
-/* The nq queries from q0 centred into qst (nq × a.dpad, row-major; zeros beyond d and a.m), the global loads
- * batched kFsLoadBatch a thread (one load waited on per store made the centring a chain of L2 latencies). Ends
- * with a barrier. */
-constexpr int kFsLoadBatch = 4;
-__device__ void fs_stage_queries(const fs_args &a, int64_t q0, int nq, float *qst) {
-  int total = nq * a.dpad;
-  for (int t0 = threadIdx.x; t0 < total; t0 += kFsLoadBatch * blockDim.x) {
-    float v[kFsLoadBatch];
-#pragma unroll
-    for (int u = 0; u < kFsLoadBatch; u++) {
-      int t = t0 + u * blockDim.x, i = t / a.dpad, j = t % a.dpad;
-      v[u] = t < total && q0 + i < a.m && j < a.d ? __ldg(a.q + (q0 + i) * a.d + j) - __ldg(a.mean + j) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kFsLoadBatch; u++)
-      if (t0 + u * (int)blockDim.x < total) qst[t0 + u * blockDim.x] = v[u];
-  }
-  __syncthreads();
-}
-
 /* Query slots as MMA columns: n8 tiles of queries, and the shared-memory floats of their B fragments */
 constexpr int fs_qtiles(int slots) { return (slots + 7) / 8; }
 constexpr int fs_qfrag_floats(int slots) { return SS_KNN_FUSED_MAX_DIM * 8 * fs_qtiles(slots); }
 
-/* The float norms ‖q'‖² of the nq staged queries (qst) into qn_s, a warp per query. */
-__device__ void fs_query_norms(const fs_args &a, const float *qst, int nq, float *qn_s) {
-  int lane = threadIdx.x % kWarp;
-  for (int i = threadIdx.x / kWarp; i < nq; i += blockDim.x / kWarp) { /* uniform per warp */
-    float s = 0.0f;
-    for (int j = lane; j < a.d; j += kWarp) s = fmaf(qst[i * a.dpad + j], qst[i * a.dpad + j], s);
-    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
-    if (lane == 0) qn_s[i] = s;
-  }
-}
-
-/* The ncq staged queries (qst) as the MMAs' B fragments in qf, rounded to TF32 (the filter path's queries are):
- * float2 (ks 32 + lane) NT + nt holds coordinates 8 ks + t and + 4 (t = lane % 4) of slot 8 nt + lane / 4, zeros
- * beyond ncq; their float norms (of the unrounded coordinates, like the references') into qn_s. The caller's
- * barrier makes them visible. */
+/* The block's query slots i < 8 fs_qtiles(CQ), a warp per slot: query q0 + i (i < nq and q0 + i < a.m; zeros
+ * otherwise and beyond d) centred, its float norm ‖q'‖² into qn_s[i] (i < nq: a lane's squares in coordinate order,
+ * then a butterfly), and, where given, the MMAs' B fragments into qf (rounded to TF32, as the filter path's queries
+ * are: float2 (ks 32 + lane) NT + nt holds coordinates 8 ks + t and + 4 (t = lane % 4) of slot 8 nt + lane / 4) and
+ * the centred queries into qst (nq × a.dpad, row-major). The global loads go kFsLoadBatch a lane at a time (one
+ * load waited on per store made the centring a chain of L2 latencies). One pass: the caller's barrier makes it all
+ * visible (the queries staged in shared memory first cost a pass and a barrier more). */
+constexpr int kFsLoadBatch = 4;
 template <int CQ>
-__device__ void fs_queries(const fs_args &a, const float *qst, int ncq, float *qf, float *qn_s) {
-  constexpr int NT = fs_qtiles(CQ);
-  fs_query_norms(a, qst, ncq, qn_s);
-  for (int t = threadIdx.x; t < a.dpad * 8 * NT; t += blockDim.x) {
-    int e = t % 2, nt = t / 2 % NT, lane = t / (2 * NT) % kWarp, ks = t / (2 * NT * kWarp);
-    int i = 8 * nt + lane / 4, j = kFdimStep * ks + lane % 4 + 4 * e;
-    qf[t] = i < ncq ? round_tf32(qst[i * a.dpad + j]) : 0.0f;
+__device__ void fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float *qf, float *qn_s, float *qst) {
+  constexpr int NT = fs_qtiles(CQ), U = kFsLoadBatch;
+  int lane = threadIdx.x % kWarp;
+  for (int i = threadIdx.x / kWarp; i < 8 * NT; i += blockDim.x / kWarp) { /* uniform per warp */
+    bool live = i < nq && q0 + i < a.m;
+    const float *q = a.q + (q0 + i) * a.d;
+    float s = 0.0f;
+    for (int j0 = 0; j0 < a.dpad; j0 += U * kWarp) {
+      float c[U];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        int j = j0 + u * kWarp + lane;
+        c[u] = live && j < a.d ? __ldg(q + j) - __ldg(a.mean + j) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        int j = j0 + u * kWarp + lane;
+        if (j >= a.dpad) continue;
+        s = fmaf(c[u], c[u], s); /* + 0 beyond d: the same sum */
+        if (qst && i < nq) qst[i * a.dpad + j] = c[u];
+        if (qf) qf[((j / kFdimStep * kWarp + i % 8 * 4 + j % 4) * NT + i / 8) * 2 + j % kFdimStep / 4] = round_tf32(c[u]);
+      }
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
+    if (lane == 0 && i < nq) qn_s[i] = s;
   }
 }
 
@@ -1454,11 +1445,11 @@ __device__ void fs_queries(const fs_args &a, const float *qst, int ncq, float *q
  * 2^10 d 32) had the norms' round trip waited on at the per-step guard, before the fragments' loads were issued. */
 constexpr int kFsGroup = 4, kFsBatch = 4;
 
-/* The values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's a.nq queries from q0 (qf, qn_s: fs_queries) against
- * the npad references of the fragment view, into the rows (row i at rows + i a.rs; queries beyond a.m skipped):
- * warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, kFsBatch steps of A fragments at a time. A thread's
- * four query slots (8 nt + 2 t + e) keep their norms and row offsets in registers: the epilogue re-read qn_s for
- * every value, each read waited on (session 12's ncu samples). */
+/* The values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) of the block's a.nq queries from q0 (qf, qn_s: fs_prepare_queries)
+ * against the npad references of the fragment view, into the rows (row i at rows + i a.rs; queries beyond a.m
+ * skipped): warp w takes m16 tiles w, w + NW, ... in groups of kFsGroup, kFsBatch steps of A fragments at a time. A
+ * thread's four query slots (8 nt + 2 t + e) keep their norms and row offsets in registers: the epilogue re-read
+ * qn_s for every value, each read waited on (session 12's ncu samples). */
 template <int NQ>
 __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, const float *qn_s, float *rows) {
   constexpr int NT = fs_qtiles(NQ), G = kFsGroup, B = kFsBatch;
@@ -1543,8 +1534,8 @@ struct lean_shape {
 constexpr int kFsWideWarps = 16;
 template <int NQ, int NW, int PL, int S>
 __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_fused_small(fs_args a) {
-  /* first the queries' B fragments and the block's rows (which stage the queries before), then the fallback scan's
-   * buffer (both dead before any scan) */
+  /* first the queries' B fragments and the block's rows, then the fallback scan's buffer (both dead before any
+   * scan) */
   extern __shared__ __align__(16) unsigned char sm_fs[];
   __shared__ float qn_s[NQ];
   __shared__ lean_shared_t<NQ> ls;
@@ -1552,9 +1543,8 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
   bool mine = w < nq, valid = mine && qq < a.m; /* uniform per warp; a wide block's other warps only compute rows */
   float *qf = (float *)sm_fs, *rows = qf + a.dpad * 8 * fs_qtiles(NQ);
-  fs_stage_queries(a, q0, nq, rows);
-  fs_queries<NQ>(a, rows, nq, qf, qn_s);
-  __syncthreads(); /* the fragments are built, the staged queries dead */
+  fs_prepare_queries<NQ>(a, q0, nq, qf, qn_s, nullptr);
+  __syncthreads(); /* the fragments and norms are built */
   fs_distances<NQ>(a, q0, qf, qn_s, rows);
   /* its loads while the block's other warps compute */
   double E = mine ? lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane) : 0.0;
@@ -1632,8 +1622,8 @@ struct flt_seed_args {
   int k;
 };
 
-/* The block's staged queries (qst: fs_stage_queries, zeros beyond d and m) written transposed to qt up to mpad
- * (rounded to TF32: k_filter's), and their float norms (qn_s, fs_query_norms) to qn; behind a barrier. */
+/* The block's staged queries (qst: fs_prepare_queries, zeros beyond d and m) written transposed to qt up to mpad
+ * (rounded to TF32: k_filter's), and their float norms (qn_s, fs_prepare_queries) to qn; behind a barrier. */
 __device__ void filter_write_queries(const flt_seed_args &a, int64_t q0, const float *qst, const float *qn_s) {
   int tid = threadIdx.x, nq = a.s.nq;
   for (int t = tid; t < nq * a.s.dpad; t += blockDim.x) {
@@ -1665,8 +1655,7 @@ __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_
 __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
   __shared__ float qst[kSfWarps * SS_KNN_FUSED_MAX_DIM], qn_s[kSfWarps];
   int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
-  fs_stage_queries(a.s, q0, kSfWarps, qst);
-  fs_query_norms(a.s, qst, kSfWarps, qn_s);
+  fs_prepare_queries<kSfWarps>(a.s, q0, kSfWarps, nullptr, qn_s, qst);
   __syncthreads();
   filter_write_queries(a, q0, qst, qn_s);
 }
@@ -1682,8 +1671,7 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_filte
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int64_t q0 = (int64_t)blockIdx.x * (blockDim.x / kWarp);
   float *rows = (float *)sm_fl; /* staging the queries first (sized for both) */
-  fs_stage_queries(a.s, q0, a.s.nq, rows);
-  fs_queries<NQ>(a.s, rows, a.s.nq, qf, qn_s);
+  fs_prepare_queries<NQ>(a.s, q0, a.s.nq, qf, qn_s, rows);
   __syncthreads();
   filter_write_queries(a, q0, rows, qn_s);
   __syncthreads();
@@ -2439,7 +2427,7 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   fs_kernel kern = kFusedSmall[shape][lean_s_class(o->k)][lean_pl_class(ix->n)];
   size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k,
                                                         nullptr, out).P2);
-  int64_t row_floats = nq * std::max(fs_row_stride(npad), (int64_t)dpad); /* the rows, or the staged queries */
+  int64_t row_floats = nq * fs_row_stride(npad);
   size_t row_bytes = (size_t)(dpad * 8 * fs_qtiles(slots) + row_floats) * sizeof(float);
   size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes; /* within kFusedSmemMax (set_fused_smem) */
   auto launch = [&]() -> ss_status {
