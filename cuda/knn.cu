@@ -1019,6 +1019,7 @@ struct lean_shared_t {
   double ex[NQ][kRegList]; /* W > 1: the candidates' exact distances, gathered for the first warp */
   int need_scan[NQ];
   float mins[NQ][kLeanMaxS * kWarp]; /* W > 1: every lane's S smallest values, for the query's seed */
+  double E[NQ]; /* k_fused_small: the bound E, kept here across the distance phase (in registers it spilled) */
 };
 using lean_shared = lean_shared_t<kSfWarps>;
 
@@ -1402,26 +1403,38 @@ constexpr int fs_qfrag_floats(int slots) { return SS_KNN_FUSED_MAX_DIM * 8 * fs_
  * are: float2 (ks 32 + lane) NT + nt holds coordinates 8 ks + t and + 4 (t = lane % 4) of slot 8 nt + lane / 4) and
  * the centred queries into qst (nq × a.dpad, row-major). The global loads go kFsLoadBatch a lane at a time (one
  * load waited on per store made the centring a chain of L2 latencies). One pass: the caller's barrier makes it all
- * visible (the queries staged in shared memory first cost a pass and a barrier more). */
+ * visible (the queries staged in shared memory first cost a pass and a barrier more). The same loads give what the
+ * lean finish needs of the warp's first slot (lean_prepare's, which re-read the query from L2 after the distance
+ * phase): its ‖q'‖² as finish_query_norm computes it, returned (0 for no query), and where qd is given its
+ * coordinates as doubles (zeros beyond d, up to a multiple of kWarp, at most kLaneMaxDim). */
 constexpr int kFsLoadBatch = 4;
 template <int CQ>
-__device__ void fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float *qf, float *qn_s, float *qst) {
+__device__ double fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float *qf, float *qn_s, float *qst,
+                                     double *qd) {
   constexpr int NT = fs_qtiles(CQ), U = kFsLoadBatch;
-  int lane = threadIdx.x % kWarp;
-  for (int i = threadIdx.x / kWarp; i < 8 * NT; i += blockDim.x / kWarp) { /* uniform per warp */
+  int lane = threadIdx.x % kWarp, first = threadIdx.x / kWarp;
+  int qd_len = min(kLaneMaxDim, (a.d + kWarp - 1) / kWarp * kWarp);
+  double qn_first = 0.0;
+  for (int i = first; i < 8 * NT; i += blockDim.x / kWarp) { /* uniform per warp */
     bool live = i < nq && q0 + i < a.m;
     const float *q = a.q + (q0 + i) * a.d;
     float s = 0.0f;
+    double qn = 0.0;
     for (int j0 = 0; j0 < a.dpad; j0 += U * kWarp) {
-      float c[U];
+      float x[U], c[U];
 #pragma unroll
       for (int u = 0; u < U; u++) {
         int j = j0 + u * kWarp + lane;
-        c[u] = live && j < a.d ? __ldg(q + j) - __ldg(a.mean + j) : 0.0f;
+        bool in = live && j < a.d;
+        x[u] = in ? __ldg(q + j) : 0.0f;
+        c[u] = in ? x[u] - __ldg(a.mean + j) : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < U; u++) {
         int j = j0 + u * kWarp + lane;
+        if (qd && i == first && j < qd_len) qd[j] = (double)x[u];
+        double cd = (double)c[u];
+        qn += cd * cd; /* finish_query_norm's expression, in its order; + 0 beyond d */
         if (j >= a.dpad) continue;
         s = fmaf(c[u], c[u], s); /* + 0 beyond d: the same sum */
         if (qst && i < nq) qst[i * a.dpad + j] = c[u];
@@ -1430,7 +1443,12 @@ __device__ void fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float *
     }
     for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
     if (lane == 0 && i < nq) qn_s[i] = s;
+    if (i == first) {
+      for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
+      qn_first = qn;
+    }
   }
+  return qn_first;
 }
 
 /* The distance phase's shape: m16 tiles of references a warp computes together (kFsGroup: 32 accumulators for two
@@ -1543,12 +1561,14 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   int64_t q0 = (int64_t)blockIdx.x * nq, qq = q0 + w;
   bool mine = w < nq, valid = mine && qq < a.m; /* uniform per warp; a wide block's other warps only compute rows */
   float *qf = (float *)sm_fs, *rows = qf + a.dpad * 8 * fs_qtiles(NQ);
-  fs_prepare_queries<NQ>(a, q0, nq, qf, qn_s, nullptr);
+  /* lean_prepare's work for the warp's query (slot w), from the preparation's loads */
+  double qn = fs_prepare_queries<NQ>(a, q0, nq, qf, qn_s, nullptr,
+                                     mine && lean_lane_rows(a.f, 1) ? ls.qd[w] : nullptr);
+  if (mine && lane == 0) ls.cnt[w] = 0, ls.E[w] = valid ? value_error_bound(a.f, qn) : 0.0;
   __syncthreads(); /* the fragments and norms are built */
   fs_distances<NQ>(a, q0, qf, qn_s, rows);
-  /* its loads while the block's other warps compute */
-  double E = mine ? lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane) : 0.0;
   __syncthreads(); /* the block's rows are written (global writes too are visible within the block) */
+  double E = mine ? ls.E[w] : 0.0;
   bool flagged = false;
   if (mine) { /* W = 1: no barrier inside */
     value_row src = {rows + w * a.rs};
@@ -1655,7 +1675,7 @@ __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_
 __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
   __shared__ float qst[kSfWarps * SS_KNN_FUSED_MAX_DIM], qn_s[kSfWarps];
   int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
-  fs_prepare_queries<kSfWarps>(a.s, q0, kSfWarps, nullptr, qn_s, qst);
+  fs_prepare_queries<kSfWarps>(a.s, q0, kSfWarps, nullptr, qn_s, qst, nullptr);
   __syncthreads();
   filter_write_queries(a, q0, qst, qn_s);
 }
@@ -1671,7 +1691,7 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_filte
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int64_t q0 = (int64_t)blockIdx.x * (blockDim.x / kWarp);
   float *rows = (float *)sm_fl; /* staging the queries first (sized for both) */
-  fs_prepare_queries<NQ>(a.s, q0, a.s.nq, qf, qn_s, rows);
+  fs_prepare_queries<NQ>(a.s, q0, a.s.nq, qf, qn_s, rows, nullptr);
   __syncthreads();
   filter_write_queries(a, q0, rows, qn_s);
   __syncthreads();
