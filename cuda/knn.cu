@@ -1357,10 +1357,10 @@ const sf_kernel kSelectFinish[2][3] = {
 
 /* ---- fused small path (fused_small_applies, K' <= 64, d <= 256): one kernel, no centring, no SGEMM ----
  * A block of kSfWarps queries (a balanced launch: up to kQbMax, balanced_queries) against every reference: it
- * centres its queries into shared memory and takes their float norms, then its warps compute the values
- * max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) on the tensor cores (fs_distances: TF32 m16n8k8 MMAs, the references as the
- * 16 rows in the view's fragment order, the block's queries as one or two n8 columns) into the queries' rows in
- * shared memory; after a barrier each warp selects and finishes one query from its row (lean_select_finish,
+ * prepares its queries (fs_prepare_queries: B fragments, float norms, what the finish needs), then its warps
+ * compute the values max(‖q'‖² + ‖r'‖² − 2 q'·r', 0) on the tensor cores (fs_distances: TF32 m16n8k8 MMAs, the
+ * references as the 16 rows in the view's fragment order, the block's queries as one or two n8 columns) into the
+ * queries' rows in shared memory; after a barrier each warp selects and finishes one query from its row (lean_select_finish,
  * W = 1), with the TF32 bound (tc_error_bound, finish_args.tc) on the values. Rows in shared memory matter: read
  * back from L2, the selection's loads of a row waited on each other (clock64 phases on the H100, 2^10, d 32: ~7 k
  * cycles for the first pass over 1,024 values of an SGEMM row). The tensor cores matter too: the FFMA distance
