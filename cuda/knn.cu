@@ -1403,20 +1403,21 @@ constexpr int fs_qfrag_floats(int slots) { return SS_KNN_FUSED_MAX_DIM * 8 * fs_
  * are: float2 (ks 32 + lane) NT + nt holds coordinates 8 ks + t and + 4 (t = lane % 4) of slot 8 nt + lane / 4) and
  * the centred queries into qst (nq × a.dpad, row-major). The global loads go kFsLoadBatch a lane at a time (one
  * load waited on per store made the centring a chain of L2 latencies). One pass: the caller's barrier makes it all
- * visible (the queries staged in shared memory first cost a pass and a barrier more). The same loads give what the
- * lean finish needs of the warp's first slot (lean_prepare's, which re-read the query from L2 after the distance
- * phase): its ‖q'‖² as finish_query_norm computes it, returned (0 for no query), and where qd is given its
- * coordinates as doubles (zeros beyond d, up to a multiple of kWarp, at most kLaneMaxDim). */
+ * visible (the queries staged in shared memory first cost a pass and a barrier more). With kLean, the same loads
+ * give what the lean finish needs of the warp's first slot (lean_prepare's, which re-read the query from L2 after
+ * the distance phase): its ‖q'‖² as finish_query_norm computes it, returned (0 for no query, and without kLean),
+ * and where qd is given its coordinates as doubles (zeros beyond d, up to a multiple of kWarp, at most
+ * kLaneMaxDim); the other slots and callers skip that FP64 work. */
 constexpr int kFsLoadBatch = 4;
-template <int CQ>
+template <int CQ, bool kLean = false>
 __device__ double fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float *qf, float *qn_s, float *qst,
-                                     double *qd) {
+                                     double *qd = nullptr) {
   constexpr int NT = fs_qtiles(CQ), U = kFsLoadBatch;
   int lane = threadIdx.x % kWarp, first = threadIdx.x / kWarp;
   int qd_len = min(kLaneMaxDim, (a.d + kWarp - 1) / kWarp * kWarp);
   double qn_first = 0.0;
   for (int i = first; i < 8 * NT; i += blockDim.x / kWarp) { /* uniform per warp */
-    bool live = i < nq && q0 + i < a.m;
+    bool live = i < nq && q0 + i < a.m, lean = kLean && i == first && live; /* uniform per warp */
     const float *q = a.q + (q0 + i) * a.d;
     float s = 0.0f;
     double qn = 0.0;
@@ -1432,18 +1433,21 @@ __device__ double fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float
 #pragma unroll
       for (int u = 0; u < U; u++) {
         int j = j0 + u * kWarp + lane;
-        if (qd && i == first && j < qd_len) qd[j] = (double)x[u];
-        double cd = (double)c[u];
-        qn += cd * cd; /* finish_query_norm's expression, in its order; + 0 beyond d */
+        if (lean) {
+          if (qd && j < qd_len) qd[j] = (double)x[u];
+          double cd = (double)c[u];
+          qn += cd * cd; /* finish_query_norm's expression, in its order; + 0 beyond d */
+        }
         if (j >= a.dpad) continue;
         s = fmaf(c[u], c[u], s); /* + 0 beyond d: the same sum */
         if (qst && i < nq) qst[i * a.dpad + j] = c[u];
-        if (qf) qf[((j / kFdimStep * kWarp + i % 8 * 4 + j % 4) * NT + i / 8) * 2 + j % kFdimStep / 4] = round_tf32(c[u]);
+        if (qf) /* float2 (ks 32 + lane) NT + nt, its element e: j = 8 ks + lane % 4 + 4 e, i = 8 nt + lane / 4 */
+          qf[((j / kFdimStep * kWarp + i % 8 * 4 + j % 4) * NT + i / 8) * 2 + j % kFdimStep / 4] = round_tf32(c[u]);
       }
     }
     for (int o = kWarp / 2; o > 0; o >>= 1) s += __shfl_xor_sync(kFull, s, o);
     if (lane == 0 && i < nq) qn_s[i] = s;
-    if (i == first) {
+    if (lean) {
       for (int o = kWarp / 2; o > 0; o >>= 1) qn += __shfl_xor_sync(kFull, qn, o);
       qn_first = qn;
     }
@@ -1562,8 +1566,8 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   bool mine = w < nq, valid = mine && qq < a.m; /* uniform per warp; a wide block's other warps only compute rows */
   float *qf = (float *)sm_fs, *rows = qf + a.dpad * 8 * fs_qtiles(NQ);
   /* lean_prepare's work for the warp's query (slot w), from the preparation's loads */
-  double qn = fs_prepare_queries<NQ>(a, q0, nq, qf, qn_s, nullptr,
-                                     mine && lean_lane_rows(a.f, 1) ? ls.qd[w] : nullptr);
+  double qn = fs_prepare_queries<NQ, true>(a, q0, nq, qf, qn_s, nullptr,
+                                           mine && lean_lane_rows(a.f, 1) ? ls.qd[w] : nullptr);
   if (mine && lane == 0) ls.cnt[w] = 0, ls.E[w] = valid ? value_error_bound(a.f, qn) : 0.0;
   __syncthreads(); /* the fragments and norms are built */
   fs_distances<NQ>(a, q0, qf, qn_s, rows);
@@ -1675,7 +1679,7 @@ __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_
 __global__ void __launch_bounds__(kSfThreads) k_filter_centre(flt_seed_args a) {
   __shared__ float qst[kSfWarps * SS_KNN_FUSED_MAX_DIM], qn_s[kSfWarps];
   int64_t q0 = (int64_t)blockIdx.x * kSfWarps;
-  fs_prepare_queries<kSfWarps>(a.s, q0, kSfWarps, nullptr, qn_s, qst, nullptr);
+  fs_prepare_queries<kSfWarps>(a.s, q0, kSfWarps, nullptr, qn_s, qst);
   __syncthreads();
   filter_write_queries(a, q0, qst, qn_s);
 }
@@ -1691,7 +1695,7 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_filte
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   int64_t q0 = (int64_t)blockIdx.x * (blockDim.x / kWarp);
   float *rows = (float *)sm_fl; /* staging the queries first (sized for both) */
-  fs_prepare_queries<NQ>(a.s, q0, a.s.nq, qf, qn_s, rows, nullptr);
+  fs_prepare_queries<NQ>(a.s, q0, a.s.nq, qf, qn_s, rows);
   __syncthreads();
   filter_write_queries(a, q0, rows, qn_s);
   __syncthreads();
