@@ -100,6 +100,7 @@ struct knn_dev {
   cudaEvent_t gemm_done[2] = {nullptr, nullptr}, sel_done[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
   cudaEvent_t start = nullptr, done = nullptr; /* join the selection stream to the caller's stream */
   int sm_count = 0;
+  size_t fs_smem = 0; /* the dynamic shared memory k_fused_small may take (set_fused_smem) */
   ws_buf q, qc, qn, dist_tile[2], run_v, run_i, part_v, part_i, out_i, out_d, cert, tau;
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
   float *samp_t = nullptr, *samp_tn = nullptr; /* the filter path's sample view (k_fused_refs), built on first use */
@@ -1096,6 +1097,14 @@ __device__ int lean_filter(const Src &src, int len, float y, float (&v)[PL], int
   return total;
 }
 
+/* 16 bytes global -> shared without registers (sm_80+), and the waits on them */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
 constexpr int bitrev5(int i) {
   return ((i & 1) << 4) | ((i & 2) << 2) | (i & 4) | ((i & 8) >> 2) | ((i & 16) >> 4);
 }
@@ -1132,9 +1141,17 @@ __device__ double exact_dist_short(const double *qd, const float *row, int d) {
 }
 
 /* ss_knn_exact_dist of one reference row with d <= kLaneMaxDim (ls.qd's length) by one thread: the 32 partials in
- * registers, the row read kLaneSlice coordinates at a time (float4 loads when rows are 16-byte aligned), then the
- * definition's pairwise combination. qd: the query as doubles, zeros beyond d up to a multiple of 32. */
+ * registers, the row read kLaneSlice coordinates at a time (float4 loads when rows are 16-byte aligned) from global
+ * memory or, kShared, from the warp's staged copy (stage_rows), then the definition's pairwise combination. qd: the
+ * query as doubles, zeros beyond d up to a multiple of 32. */
 constexpr int kLaneSlice = 16; /* no spills at the lean kernels' register limits; 32 spilled */
+template <bool kShared>
+__device__ __forceinline__ float4 row_ld4(const float *p) {
+  return kShared ? *(const float4 *)p : __ldg((const float4 *)p);
+}
+template <bool kShared>
+__device__ __forceinline__ float row_ld1(const float *p) { return kShared ? *p : __ldg(p); }
+template <bool kShared = false>
 __device__ __forceinline__ double exact_dist_lane(const double *qd, const float *row, int d) {
   double p[kWarp];
 #pragma unroll
@@ -1146,12 +1163,12 @@ __device__ __forceinline__ double exact_dist_lane(const double *qd, const float 
       if (d % 4 == 0) {
 #pragma unroll
         for (int j = 0; j < kLaneSlice; j += 4) {
-          float4 t = j0 + h + j < d ? __ldg((const float4 *)(row + j0 + h + j)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          float4 t = j0 + h + j < d ? row_ld4<kShared>(row + j0 + h + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           x[j] = t.x, x[j + 1] = t.y, x[j + 2] = t.z, x[j + 3] = t.w;
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < kLaneSlice; j++) x[j] = j0 + h + j < d ? __ldg(row + j0 + h + j) : 0.0f;
+        for (int j = 0; j < kLaneSlice; j++) x[j] = j0 + h + j < d ? row_ld1<kShared>(row + j0 + h + j) : 0.0f;
       }
 #pragma unroll
       for (int l = 0; l < kLaneSlice; l++) {
@@ -1169,6 +1186,29 @@ __device__ __forceinline__ double exact_dist_lane(const double *qd, const float 
   for (int l = 0; l < 4; l++) p[l] = __dadd_rn(p[l], p[l + 4]);
   p[0] = __dadd_rn(p[0], p[2]), p[1] = __dadd_rn(p[1], p[3]);
   return __dadd_rn(p[0], p[1]);
+}
+
+/* The lean finish's staged candidate rows (k_fused_small's balanced blocks, kWarp < d <= kLaneMaxDim, d % 4 == 0):
+ * a warp's kWarp rows at a stride of a multiple of 32 floats plus 4, so that the lanes' 16-byte reads of eight rows
+ * at a time fall in distinct banks. A row per lane read from global memory touched 32 lines with every 16-byte load
+ * and requested each sector twice (ncu, 2^10 d 64: the lean finish waited on those loads for ~14 % of the block's
+ * time); copied by the warp, each load is a contiguous 256 bytes. H100, 1,200 queries, k 25, session 13, medians of
+ * four rounds against the previous commit in five runs: 2^10 d 64 -0.2 to -0.9 us (17.2 -> 16.8 typical), 2^11 d 64
+ * -0.2 to -1.0; at d 32 (one round trip of eight loads a lane) it was slower (13.6 -> 14.0 us), so it stays off
+ * there. Staging the distance phase's first batch of A fragments the same way during the query preparation was
+ * much slower (2^10 d 32 13.6 -> 15.9 us, d 64 17.4 -> 19.0). */
+__host__ __device__ constexpr int stage_stride(int d) { return (d + kWarp - 1) / kWarp * kWarp + 4; }
+__host__ __device__ constexpr bool stage_applies(int d) { return d > kWarp && d <= kLaneMaxDim && d % 4 == 0; }
+/* np <= kWarp candidate rows (ids) copied into stage by 16-byte cp.async, half a warp a row (two rows an
+ * instruction), then visible to the warp. */
+__device__ void stage_rows(const float *ref, int d, const int *ids, int np, float *stage, int lane) {
+  const int stride = stage_stride(d), c = lane % (kWarp / 2);
+  if (4 * c < d)
+    for (int r = lane / (kWarp / 2); r < np; r += 2)
+      cp_async16(stage + r * stride + 4 * c, ref + (int64_t)ids[r] * d + 4 * c);
+  cp_async_commit();
+  cp_async_wait_all();
+  __syncwarp();
 }
 
 /* Sort 32 entries (one per lane) ascending by (value, index): reg_sort64's network for one register. */
@@ -1232,11 +1272,13 @@ __device__ double lean_prepare(const finish_args &f, int64_t qq, bool valid, int
 
 /* The lean selection and finish (above) of query qq (block-local ql) by its W warps; `part` is this warp's
  * part (len values read through src); S: seed values per lane; EB: the exact groups' coordinate blocks per round
- * trip (warp_exact_group); E: lean_prepare's bound. Called by every thread of the block (barriers); leaves
- * ls.need_scan[ql] for finish_block_scans and returns it (the same in the query's warps). */
+ * trip (warp_exact_group); E: lean_prepare's bound; stage: the warp's kWarp staged rows (stage_stride floats
+ * each) where stage_applies, nullptr to read the candidates' rows from global memory. Called by every thread of
+ * the block (barriers); leaves ls.need_scan[ql] for finish_block_scans and returns it (the same in the query's
+ * warps). */
 template <int PL, int S, int EB, typename Src, typename LS>
 __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
-                                   bool valid, double E, LS &ls, int w, int lane) {
+                                   bool valid, double E, LS &ls, int w, int lane, float *stage = nullptr) {
   const bool lane_rows = lean_lane_rows(f, W);
   float v[PL], m[S], mc[kSeedChains][S]; /* independent insertion chains, merged after the passes */
   int ids[PL]; /* paired sources only: the values' reference indices */
@@ -1292,7 +1334,17 @@ __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len
   double sd[2] = {(double)INFINITY, (double)INFINITY};
   /* the same for the query's W warps */
   bool short_rows = lane_rows || (one && f.d <= kWarp);
-  if (short_rows) {
+  if (short_rows && stage) { /* lane_rows and stage_applies */
+    if (valid && !over) /* uniform */
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        if (P <= h * kWarp) break; /* uniform */
+        if (h) __syncwarp();       /* the first half's reads are done */
+        stage_rows(f.ref, f.d, ls.ci[ql] + h * kWarp, min(P - h * kWarp, kWarp), stage, lane);
+        const float *row = stage + lane * stage_stride(f.d);
+        if (li[h] != kNoIndex) sd[h] = exact_dist_lane<true>(ls.qd[ql], row, f.d);
+      }
+  } else if (short_rows) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       if (!(valid && !over && part == 0 && li[h] != kNoIndex)) continue;
@@ -1390,6 +1442,7 @@ struct fs_args {
   int64_t npad, rs;        /* padded references; the stride of the rows in shared memory (fs_row_stride) */
   int m, d, dpad;
   int nq; /* queries per block (<= the block's warps) */
+  bool stage; /* k_fused_small: the lean finish stages its candidate rows after the block's rows (stage_rows) */
   finish_args f;
 };
 
@@ -1556,8 +1609,8 @@ struct lean_shape {
 constexpr int kFsWideWarps = 16;
 template <int NQ, int NW, int PL, int S>
 __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_fused_small(fs_args a) {
-  /* first the queries' B fragments and the block's rows, then the fallback scan's buffer (both dead before any
-   * scan) */
+  /* first the queries' B fragments, the block's rows and the staged candidate rows (a.stage), then the fallback
+   * scan's buffer (all dead before any scan) */
   extern __shared__ __align__(16) unsigned char sm_fs[];
   __shared__ float qn_s[NQ];
   __shared__ lean_shared_t<NQ> ls;
@@ -1576,8 +1629,9 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   bool flagged = false;
   if (mine) { /* W = 1: no barrier inside */
     value_row src = {rows + w * a.rs};
+    float *stage = a.stage ? rows + nq * a.rs + w * kWarp * stage_stride(a.d) : nullptr;
     flagged = lean_select_finish<PL, S, kExBlocksLean>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls,
-                                                       w, lane);
+                                                       w, lane, stage);
   }
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), flagged, sm_fs);
 }
@@ -1819,14 +1873,6 @@ __device__ __forceinline__ void filter_tile_out(const flt_args &a, int64_t q0, i
     }
   }
 }
-
-/* 16 bytes global -> shared without registers (sm_80+), and the waits on them */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 /* One k8 slice of the warp tile: the A fragment (queries w kFlWarpQ + g, + 8; coordinates t, t + 4) and, per
  * n-tile, the B fragment (references 16 g + nt of the block tile); the views hold TF32 values already. */
@@ -2387,11 +2433,23 @@ static_assert(finish_warp_smem(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES)) <=
 /* finish_exact_scan's buffer (finish_scan_size, sized for kThreads) takes a round of a kQbMax-warp block */
 static_assert(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES) >= SS_KNN_FUSED_MAX_CANDIDATES + 2 * kQbMax * kWarp,
               "a balanced block's exact scan");
-ss_status set_fused_smem(ss_ctx *ctx) {
+/* k_fused_small may take more: what the device's opt-in maximum leaves beyond the kernel's static shared memory (the
+ * same value every time on a device), for the balanced blocks' staged candidate rows; *fs_smem receives the least
+ * over the kernels. */
+ss_status set_fused_smem(ss_ctx *ctx, int device, size_t *fs_smem) {
+  int optin = 0;
+  SS_CUDA_TRY(ctx, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  *fs_smem = SIZE_MAX;
   for (const auto &shape : kFusedSmall)
     for (const auto &row : shape)
-      for (fs_kernel kern : row)
-        SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kFusedSmemMax));
+      for (fs_kernel kern : row) {
+        cudaFuncAttributes fa;
+        SS_CUDA_TRY(ctx, cudaFuncGetAttributes(&fa, kern));
+        size_t room = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
+        room = std::max(room, kFusedSmemMax); /* the rows need that much: the attribute fails where it is lacking */
+        SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)room));
+        *fs_smem = std::min(*fs_smem, room);
+      }
   for (const auto &shape : kFilterSeedFused)
     for (flt_seed_kernel kern : shape)
       SS_CUDA_TRY(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kFusedSmemMax));
@@ -2453,11 +2511,18 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
                                                         nullptr, out).P2);
   int64_t row_floats = nq * fs_row_stride(npad);
   size_t row_bytes = (size_t)(dpad * 8 * fs_qtiles(slots) + row_floats) * sizeof(float);
-  size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes; /* within kFusedSmemMax (set_fused_smem) */
+  /* a balanced block (one per SM) stages its candidate rows where the device has room; a classic one would lose
+   * its SM's second block */
+  size_t stage_bytes = shape != 0 && stage_applies((int)ix->d)
+                           ? (size_t)nq * kWarp * stage_stride((int)ix->d) * sizeof(float) : 0;
+  if (row_bytes + stage_bytes > dv->fs_smem) stage_bytes = 0;
+  row_bytes += stage_bytes;
+  size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes; /* within dv->fs_smem (set_fused_smem) */
   auto launch = [&]() -> ss_status {
     fs_args a;
     a.q = d_query, a.mean = dv->mean, a.ref_t = dv->ref_t, a.rn = dv->ref_tn, a.npad = npad;
     a.rs = fs_row_stride(npad), a.m = (int)m, a.d = (int)ix->d, a.dpad = dpad, a.nq = nq;
+    a.stage = stage_bytes > 0;
     a.f = make_finish_args(ix, dv, a.q, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out);
     a.f.tc = true; /* the rows hold TF32 values */
     kern<<<(unsigned)ceil_div(m, nq), nw * kWarp, smem, s>>>(a);
@@ -2683,7 +2748,7 @@ extern "C" ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix) {
   int pmax = next_pow2(SS_KNN_GPU_MAX_CANDIDATES), scan = finish_scan_size(SS_KNN_GPU_MAX_CANDIDATES);
   SS_CUDA_TRY(ctx, cudaFuncSetAttribute(k_finish, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)finish_smem(pmax + 1, pmax > scan ? pmax : scan)));
-  SS_TRY(set_fused_smem(ctx));
+  SS_TRY(set_fused_smem(ctx, ss_cuda_of(ix->be)->device, &dv->fs_smem));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref, n * d, "KNN references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_c, n * d, "KNN centred references"));
   SS_TRY(SS_CUDA_ALLOC(ctx, dv->ref_norm, n, "KNN reference norms"));
