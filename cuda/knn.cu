@@ -1194,9 +1194,10 @@ __device__ __forceinline__ double exact_dist_lane(const double *qd, const float 
  * and requested each sector twice (ncu, 2^10 d 64: the lean finish waited on those loads for ~14 % of the block's
  * time); copied by the warp, each load is a contiguous 256 bytes. H100, 1,200 queries, k 25, session 13, medians of
  * three or four rounds against the previous commit in seven runs: 2^10 d 64 -0.9 to +0.05 us (17.2 -> 16.9
- * typical), 2^11 d 64 -0.2 to -1.1; at d 32 (one round trip of eight loads a lane) it was slower (13.6 -> 14.0 us),
- * so it stays off there. Staging the distance phase's first batch of A fragments the same way during the query preparation was
- * much slower (2^10 d 32 13.6 -> 15.9 us, d 64 17.4 -> 19.0). */
+ * typical), 2^11 d 64 -0.2 to -1.1; at d 32 (one round trip of eight loads a lane) it was slower in both runs that
+ * staged it (13.8 -> 13.9 and 13.5 -> 14.0 us), so it stays off there. Staging the distance phase's first batch
+ * of A fragments the same way during the query preparation was much slower (2^10 d 32 13.6 -> 15.9 us, d 64 17.4
+ * -> 19.0). */
 __host__ __device__ constexpr int stage_stride(int d) { return (d + kWarp - 1) / kWarp * kWarp + 4; }
 __host__ __device__ constexpr bool stage_applies(int d) { return d > kWarp && d <= kLaneMaxDim && d % 4 == 0; }
 /* np <= kWarp candidate rows (ids) copied into stage by 16-byte cp.async, half a warp a row (two rows an
