@@ -139,6 +139,9 @@ static void cpu_gpu_identical(void **state) {
       {2048, 300, 64, 25, 4096, 65536, 0, 0},     /* n d beyond k_fused_small: 512 samples of 2,048 */
       {20000, 150, 256, 25, 4096, 65536, 0, 0},   /* 1,250 samples at d 256: the seed in three kernels */
       {1500, 200, 100, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties at every threshold, lists over capacity */
+      /* the staged candidate rows of balanced k_fused_small blocks (session 13; 32 < d <= 64, d % 4 = 0): */
+      {1000, 1200, 44, 25, 4096, 65536, 0, 0},    /* rows of 11 float4s, n off the tile, two passes where P > 32 */
+      {1000, 1200, 36, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties, overflowing lists skip the stage for the scan */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
