@@ -932,9 +932,10 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
  * W warps (W a power of two <= kSfWarps, about `chunk` references each; W = 1 with the default chunk), a
  * block of kSfThreads threads kSfWarps / W queries.
  * Lean candidates (lean_select_finish), two passes over each warp's part, PL values per lane at a time:
- *  1. every lane keeps its two smallest values (kSeedChains independent insertion chains, merged); the seed
- *     x_w = the K'-th smallest of the warp's 64 of them (seed_kth: >= K' values of the part are <= x_w); with
- *     W > 1, after one barrier every warp of the query takes x = min_w x_w;
+ *  1. every lane keeps its S smallest values and the next one (kSeedChains independent insertion chains,
+ *     merged); W = 1: the seed x = the K'-th smallest of the warp's S × 32 of them and of the next values below
+ *     that (seed_kth_extra: >= K' values of the part are <= x); W > 1: x_w from the S × 32 alone (seed_kth_union),
+ *     after one barrier every warp of the query takes x = min_w x_w;
  *  2. every value within the band of x and its index is appended to the query's candidate slots in shared
  *     memory, placed by ballots (lean_filter; W = 1: no block barrier at all, so that a block's queries run
  *     on independently; W > 1: one atomicAdd per warp and pass reserves its slots). A part of at most PL kWarp
@@ -943,9 +944,10 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
  * values exist (lean_prepare), off the selection's chain.
  * There is no approximate sort and no queue: all P (>= K') passing references are candidates, and every
  * other one has an approximate value > x, so x is the certificate's threshold (x − E > the k-th exact
- * distance), at least as strong as the K'-th value's. On random rows P is about K' + 6 (a seed ranks its
- * 64 values; simulated over 4,000 rows: mean 42, 99th percentile 52 for K' = 36, at 2^10 to 2^15); more
- * than kRegList (ties at x, or rows whose nearest references share a lane) sends the query to the block's
+ * distance), at least as strong as the K'-th value's. On random rows (k 25, the bench's rows, 2,000 simulated
+ * queries each at 2^10 d 32 / 64, 2^11 and 2^12 d 32) the band holds P = 26.1-26.4 candidates on average, 99th
+ * percentile 29-30, more than 32 in at most 0.05 % of the queries (x from seed_kth alone: 27.7-28.2, 33-34 and
+ * 2-2.9 %); more than kRegList (ties at x, or rows whose nearest references share a lane) sends the query to the block's
  * exact scan (finish_block_scans), as a failed certificate does. With W = 1 and d <= kLaneMaxDim a lane computes
  * the exact distances of its candidates (two at most) alone; otherwise the query's W warps compute those of its
  * candidate groups in turn (finish_exact_groups, through shared memory); its first warp
@@ -989,8 +991,8 @@ constexpr int kSeedChains = 4;
 /* x from the S smallest values of every lane of a query's W warps (nw = W rows of `mins`, S kWarp values used
  * in each): the smallest of this warp's m[t] with >= K of the union <= it, +inf if none — so that the minimum
  * over the W warps is the K-th smallest of the union (each warp's own K-th would admit ~W K candidates). */
-template <int S>
-__device__ float seed_kth_union(const float (&m)[S], int K, const float (*mins)[kLeanMaxS * kWarp], int nw) {
+template <int S, int N>
+__device__ float seed_kth_union(const float (&m)[N], int K, const float (*mins)[kLeanMaxS * kWarp], int nw) {
   int c[S] = {};
   for (int p = 0; p < nw; p++)
     for (int i = 0; i < S * kWarp; i++) { /* the same address across the warp: a broadcast */
@@ -1003,6 +1005,54 @@ __device__ float seed_kth_union(const float (&m)[S], int K, const float (*mins)[
   for (int t = 0; t < S; t++) x = fminf(x, c[t] >= K ? m[t] : INFINITY);
   for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
   return x;
+}
+
+/* x from every lane's S smallest (m[0..S-1], ascending) and its next one m[S]: the K-th smallest of the union
+ * of the S × 32 values and the next values below seed_kth's x (at least K references are <= it, and it is <= x).
+ * seed_kth alone overshoots the K-th value of the part by one rank for every lane holding more than S of the part's
+ * K smallest (25 of 1,024 values in 32 lanes: ~2.3 lanes hold three), which widened the lean band to P > 32
+ * candidates in ~2 % of the queries (k 25, simulated on the bench's rows) — about one balanced block in five, and
+ * the slowest block sets the kernel's time. A next value below x costs a broadcast and three ballots (its rank),
+ * and one rank-count step for the lanes' own values. */
+template <int S>
+__device__ float seed_kth_extra(const float (&m)[S + 1], int K) {
+  float ms[S];
+#pragma unroll
+  for (int t = 0; t < S; t++) ms[t] = m[t];
+  int c[S] = {}; /* seed_kth's rank counts, then with the next values below x */
+#pragma unroll
+  for (int src = 0; src < kWarp; src++) {
+#pragma unroll
+    for (int s = 0; s < S; s++) {
+      float b = __shfl_sync(kFull, ms[s], src);
+#pragma unroll
+      for (int t = 0; t < S; t++) c[t] += b <= ms[t];
+    }
+  }
+  float x = INFINITY;
+#pragma unroll
+  for (int t = 0; t < S; t++) x = fminf(x, c[t] >= K ? ms[t] : INFINITY);
+  for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
+  const bool low = m[S] < x;
+  unsigned rest = __ballot_sync(kFull, low);
+  if (!rest) return x; /* uniform */
+  float xs = x;
+  while (rest) { /* uniform */
+    int src = __ffs(rest) - 1;
+    rest &= rest - 1;
+    float b = __shfl_sync(kFull, m[S], src);
+    int rank = __popc(__ballot_sync(kFull, low && m[S] <= b));
+#pragma unroll
+    for (int t = 0; t < S; t++) {
+      rank += __popc(__ballot_sync(kFull, ms[t] <= b));
+      c[t] += b <= ms[t];
+    }
+    if (rank >= K) xs = fminf(xs, b);
+  }
+#pragma unroll
+  for (int t = 0; t < S; t++) xs = fminf(xs, c[t] >= K ? ms[t] : INFINITY);
+  for (int o = kWarp / 2; o > 0; o >>= 1) xs = fminf(xs, __shfl_xor_sync(kFull, xs, o));
+  return xs;
 }
 
 /* the lean finish computes a candidate's exact distance in one lane (exact_dist_short, exact_dist_lane) up to this
@@ -1281,27 +1331,28 @@ template <int PL, int S, int EB, typename Src, typename LS>
 __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
                                    bool valid, double E, LS &ls, int w, int lane, float *stage = nullptr) {
   const bool lane_rows = lean_lane_rows(f, W);
-  float v[PL], m[S], mc[kSeedChains][S]; /* independent insertion chains, merged after the passes */
+  constexpr int S1 = S + 1; /* and the next value: seed_kth_extra (W = 1) */
+  float v[PL], m[S1], mc[kSeedChains][S1]; /* independent insertion chains, merged after the passes */
   int ids[PL]; /* paired sources only: the values' reference indices */
 #pragma unroll
   for (int h = 0; h < kSeedChains; h++)
 #pragma unroll
-    for (int t = 0; t < S; t++) mc[h][t] = INFINITY;
+    for (int t = 0; t < S1; t++) mc[h][t] = INFINITY;
   for (int base = 0; base < len; base += PL * kWarp) {
     lean_load<PL>(src, base, len, lane, v, ids);
 #pragma unroll
-    for (int c = 0; c < PL; c++) seed_insert<S>(mc[c % kSeedChains], v[c]);
+    for (int c = 0; c < PL; c++) seed_insert<S1>(mc[c % kSeedChains], v[c]);
   }
 #pragma unroll
-  for (int t = 0; t < S; t++) m[t] = mc[0][t];
+  for (int t = 0; t < S1; t++) m[t] = mc[0][t];
 #pragma unroll
   for (int h = 1; h < kSeedChains; h++)
 #pragma unroll
-    for (int t = 0; t < S; t++) seed_insert<S>(m, mc[h][t]);
+    for (int t = 0; t < S1; t++) seed_insert<S1>(m, mc[h][t]);
   static_assert(S <= kLeanMaxS, "lean_shared.mins holds S values per lane");
   float x;
   if (W == 1) {
-    x = seed_kth<S>(m, f.k);
+    x = seed_kth_extra<S>(m, f.k);
   } else { /* W is uniform across the block: so is the barrier */
 #pragma unroll
     for (int t = 0; t < S; t++) ls.mins[w][t * kWarp + lane] = m[t];
