@@ -933,9 +933,9 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
  * block of kSfThreads threads kSfWarps / W queries.
  * Lean candidates (lean_select_finish), two passes over each warp's part, PL values per lane at a time:
  *  1. every lane keeps its S smallest values and the next one (kSeedChains independent insertion chains,
- *     merged); W = 1: the seed x = the K'-th smallest of the warp's S × 32 of them and of the next values below
- *     that (seed_kth_extra: >= K' values of the part are <= x); W > 1: x_w from the S × 32 alone (seed_kth_union),
- *     after one barrier every warp of the query takes x = min_w x_w;
+ *     merged); W = 1: the seed x = the K'-th smallest of the warp's (S + 1) × 32 of them (warp_kth_select: >= K'
+ *     values of the part are <= x); W > 1: x_w from the S × 32 smallest alone (seed_kth_union), after one barrier
+ *     every warp of the query takes x = min_w x_w;
  *  2. every value within the band of x and its index is appended to the query's candidate slots in shared
  *     memory, placed by ballots (lean_filter; W = 1: no block barrier at all, so that a block's queries run
  *     on independently; W > 1: one atomicAdd per warp and pass reserves its slots). A part of at most PL kWarp
@@ -946,9 +946,9 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
  * other one has an approximate value > x, so x is the certificate's threshold (x − E > the k-th exact
  * distance), at least as strong as the K'-th value's. On random rows (k 25, the bench's rows, 2,000 simulated
  * queries each at 2^10 d 32 / 64, 2^11 and 2^12 d 32) the band holds P = 26.1-26.4 candidates on average, 99th
- * percentile 29-30, more than 32 in at most 0.05 % of the queries (x from seed_kth alone: 27.7-28.2, 33-34 and
- * 2-2.9 %); more than kRegList (ties at x, or rows whose nearest references share a lane) sends the query to the block's
- * exact scan (finish_block_scans), as a failed certificate does. With W = 1 and d <= kLaneMaxDim a lane computes
+ * percentile 29-30, more than 32 in at most 0.05 % of the queries (x from the S × 32 smallest alone: 27.7-28.2,
+ * 33-34 and 2-2.9 %); more than kRegList (ties at x) sends the query to the block's exact scan
+ * (finish_block_scans), as a failed certificate does. With W = 1 and d <= kLaneMaxDim a lane computes
  * the exact distances of its candidates (two at most) alone; otherwise the query's W warps compute those of its
  * candidate groups in turn (finish_exact_groups, through shared memory); its first warp
  * sorts them and checks the certificate (finish_warp_cert). Measured against the former seeded warp queue
@@ -1007,52 +1007,36 @@ __device__ float seed_kth_union(const float (&m)[N], int K, const float (*mins)[
   return x;
 }
 
-/* x from every lane's S smallest (m[0..S-1], ascending) and its next one m[S]: the K-th smallest of the union
- * of the S × 32 values and the next values below seed_kth's x (at least K references are <= it, and it is <= x).
- * seed_kth alone overshoots the K-th value of the part by one rank for every lane holding more than S of the part's
- * K smallest (25 of 1,024 values in 32 lanes: ~2.3 lanes hold three), which widened the lean band to P > 32
- * candidates in ~2 % of the queries (k 25, simulated on the bench's rows) — about one balanced block in five, and
- * the slowest block sets the kernel's time. A next value below x costs a broadcast and three ballots (its rank),
- * and one rank-count step for the lanes' own values. */
-template <int S>
-__device__ float seed_kth_extra(const float (&m)[S + 1], int K) {
-  float ms[S];
+/* x: the K-th smallest of the warp's N × 32 values m (each lane's ascending; non-negative, +inf for none), +inf when
+ * fewer than K are finite. Bisection on pivots drawn from the values: the answer stays in (lo, hi], with
+ * count(<= hi) >= K unless hi = +inf; a round takes the first lane's smallest value inside as the pivot and counts
+ * the values <= it by N ballots. The lean seed (W = 1) takes N = S + 1: each lane's S smallest and its next one,
+ * because the K-th of the S × 32 smallest alone (seed_kth) overshoots the part's K-th value by one rank for every
+ * lane holding more than S of the part's K smallest (25 of 1,024 values in 32 lanes: ~2.3 lanes hold three); that
+ * widened the band to P > 32 candidates in ~2 % of the queries (k 25, simulated on the bench's rows) — about one
+ * balanced block in five, and the slowest block sets the kernel's time. Rounds: ~8 on average for N = 3 (at most
+ * 17 in 3,000 simulated rows), each a chain of ~15 instructions, where seed_kth's rank count over 96 values would
+ * issue ~700 a warp — all the block's warps rank at once, so the counts were issue-bound (ncu, 2^10 d 32). H100,
+ * 1,200 queries, k 25, session 14, against seed_kth over 64 values plus a correction for the next values below its
+ * x (the same x; medians of two runs): 2^10 d 32 13.10 -> 12.74 / 13.06 -> 12.83 us, d 64 15.92 -> 15.57 / 15.71 ->
+ * 15.71, 2^11 d 32 17.28 -> 17.55 / 17.34 -> 17.18, 2^12 d 32 28.99 -> 29.31 / 29.28 -> 28.61. */
+template <int N>
+__device__ float warp_kth_select(const float (&m)[N], int K) {
+  float lo = -1.0f, hi = INFINITY;
+  for (;;) {
+    float cand = INFINITY;
 #pragma unroll
-  for (int t = 0; t < S; t++) ms[t] = m[t];
-  int c[S] = {}; /* seed_kth's rank counts, then with the next values below x */
+    for (int t = N - 1; t >= 0; t--)
+      if (m[t] > lo && m[t] < hi) cand = m[t];
+    unsigned bal = __ballot_sync(kFull, cand < INFINITY);
+    if (!bal) return hi; /* uniform */
+    float p = __shfl_sync(kFull, cand, __ffs(bal) - 1);
+    int c = 0;
 #pragma unroll
-  for (int src = 0; src < kWarp; src++) {
-#pragma unroll
-    for (int s = 0; s < S; s++) {
-      float b = __shfl_sync(kFull, ms[s], src);
-#pragma unroll
-      for (int t = 0; t < S; t++) c[t] += b <= ms[t];
-    }
+    for (int t = 0; t < N; t++) c += __popc(__ballot_sync(kFull, m[t] <= p));
+    if (c >= K) hi = p;
+    else lo = p;
   }
-  float x = INFINITY;
-#pragma unroll
-  for (int t = 0; t < S; t++) x = fminf(x, c[t] >= K ? ms[t] : INFINITY);
-  for (int o = kWarp / 2; o > 0; o >>= 1) x = fminf(x, __shfl_xor_sync(kFull, x, o));
-  const bool low = m[S] < x;
-  unsigned rest = __ballot_sync(kFull, low);
-  if (!rest) return x; /* uniform */
-  float xs = x;
-  while (rest) { /* uniform */
-    int src = __ffs(rest) - 1;
-    rest &= rest - 1;
-    float b = __shfl_sync(kFull, m[S], src);
-    int rank = __popc(__ballot_sync(kFull, low && m[S] <= b));
-#pragma unroll
-    for (int t = 0; t < S; t++) {
-      rank += __popc(__ballot_sync(kFull, ms[t] <= b));
-      c[t] += b <= ms[t];
-    }
-    if (rank >= K) xs = fminf(xs, b);
-  }
-#pragma unroll
-  for (int t = 0; t < S; t++) xs = fminf(xs, c[t] >= K ? ms[t] : INFINITY);
-  for (int o = kWarp / 2; o > 0; o >>= 1) xs = fminf(xs, __shfl_xor_sync(kFull, xs, o));
-  return xs;
 }
 
 /* the lean finish computes a candidate's exact distance in one lane (exact_dist_short, exact_dist_lane) up to this
@@ -1331,7 +1315,7 @@ template <int PL, int S, int EB, typename Src, typename LS>
 __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
                                    bool valid, double E, LS &ls, int w, int lane, float *stage = nullptr) {
   const bool lane_rows = lean_lane_rows(f, W);
-  constexpr int S1 = S + 1; /* and the next value: seed_kth_extra (W = 1) */
+  constexpr int S1 = S + 1; /* and the next value: warp_kth_select (W = 1) */
   float v[PL], m[S1], mc[kSeedChains][S1]; /* independent insertion chains, merged after the passes */
   int ids[PL]; /* paired sources only: the values' reference indices */
 #pragma unroll
@@ -1352,7 +1336,7 @@ __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len
   static_assert(S <= kLeanMaxS, "lean_shared.mins holds S values per lane");
   float x;
   if (W == 1) {
-    x = seed_kth_extra<S>(m, f.k);
+    x = warp_kth_select<S1>(m, f.k);
   } else { /* W is uniform across the block: so is the barrier */
 #pragma unroll
     for (int t = 0; t < S; t++) ls.mins[w][t * kWarp + lane] = m[t];
