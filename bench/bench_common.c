@@ -14,7 +14,7 @@
 #endif
 
 #include "build_config.h"
-#include "src/log.h"
+#include "core/log.h"
 
 ss_status ss_bench_doc_init(ss_ctx *ctx, ss_bench_doc *doc, const char *bench, const char *device) {
   memset(doc, 0, sizeof(*doc));

@@ -8,8 +8,8 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "src/backend.h"
-#include "src/status.h"
+#include "core/backend.h"
+#include "core/status.h"
 
 typedef struct {
   cJSON *root;

@@ -16,12 +16,12 @@
 
 #include "bench/bench_common.h"
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/source.h"
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/frontend.h"
-#include "src/log.h"
+#include "drivers/frontend.h"
+#include "core/log.h"
 
 #define CHANNELS 32
 #define RATE 30000.0

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "bench/bench_common.h"
-#include "src/log.h"
+#include "core/log.h"
 
 enum { MAX_CASES = 8, MAX_SPINNERS = 8, MAX_CPUS = 1024 };
 static const double DEFAULT_SECONDS = 30, DEFAULT_WORK_US = 5;

@@ -15,9 +15,9 @@
 
 #include "bench_common.h"
 #include "io/npy.h"
-#include "src/kmeans.h"
-#include "src/log.h"
-#include "src/rng.h"
+#include "stages/kmeans/kmeans.h"
+#include "core/log.h"
+#include "core/rng.h"
 
 #define ITERATIONS 14
 #define PUBLISHED_K 80

@@ -25,9 +25,9 @@
 #if SS_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
-#include "src/knn.h"
-#include "src/log.h"
-#include "src/rng.h"
+#include "stages/knn/knn.h"
+#include "core/log.h"
+#include "core/rng.h"
 
 #define GRID_QUERIES 1200
 #define GRID_K 25

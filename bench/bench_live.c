@@ -31,13 +31,13 @@
  * records whether it was granted. --reader spin: the pushing thread polls the socket without sleeping
  * between blocks (default block: it sleeps in read()); --sender spin: the sender spins until each
  * block is due (default sleep: clock_nanosleep-like). The paced loop runs on the live workers
- * (src/live_workers.h, as `spikestream live --spin`): --workers N pushing threads take turns (with
+ * (drivers/live_workers.h, as `spikestream live --spin`): --workers N pushing threads take turns (with
  * --reader spin; default 1), --pin CPU[,CPU...] pins worker i to the i-th CPU for the paced loop
  * (ss_live_pin); with --sender spin, --sender-workers N sending threads take turns too, and
  * --sender-pin CPU[,CPU...] pins them. Each case records the idle workers' longest
  * gap between two polls and the gaps longer than a block (`idle_stalls_over_block`: the machine
  * stopping a thread that runs no engine code). --replicas R (with --reader spin) runs the paced loop on R
- * engine replicas (src/live_replicas.h): the runner's counters, no per-push trace. A channel count
+ * engine replicas (drivers/live_replicas.h): the runner's counters, no per-push trace. A channel count
  * whose model cannot be made (e.g. the sort runs out of device memory) is recorded as a case with an
  * `error` and skipped; the other cases run, and the exit status is 1. Paced runs trace every push (ss_live_opts.trace): each case records
  * the per-phase mean and max, the N_SLOWEST slowest pushes split by phase, and the worst overruns split
@@ -56,16 +56,16 @@
 
 #include "bench/bench_common.h"
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/link.h"
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/live.h"
-#include "src/live_model.h"
-#include "src/live_replicas.h"
-#include "src/live_workers.h"
-#include "src/log.h"
-#include "src/sort.h"
+#include "stages/live/live.h"
+#include "stages/live/live_model.h"
+#include "drivers/live_replicas.h"
+#include "drivers/live_workers.h"
+#include "core/log.h"
+#include "drivers/sort.h"
 
 #define MAX_CHANNEL_COUNTS 8
 #define PROBE_32 SS_SOURCE_DIR "/params/probes/two_column_32.json"
@@ -256,7 +256,7 @@ static int64_t next_block(const sender *s, int64_t *n, double *due) {
   return r;
 }
 
-/* The sender is a task of the live workers too (src/live_workers.h): with --sender spin several
+/* The sender is a task of the live workers too (drivers/live_workers.h): with --sender spin several
  * sending threads may take turns (--sender-workers), so that the VM stopping one of them does not make
  * a block leave late — the rig's stall, which the strict arrival would charge to the engine. */
 static int send_ready(void *user) {
@@ -424,7 +424,7 @@ static double arrival(const sender *s, int64_t first, double t_read) {
   return t > 0 && t < t_read ? t : t_read;
 }
 
-/* The paced loop as a task of the live workers (src/live_workers.h): with --reader spin every worker
+/* The paced loop as a task of the live workers (drivers/live_workers.h): with --reader spin every worker
  * polls the socket without sleeping (a blocking read puts the thread to sleep, and its wake-up is on
  * the critical path) and the one that takes the turn reads and pushes; with --reader block one worker
  * sleeps in read(). */
@@ -502,7 +502,7 @@ static ss_status paced_work(ss_ctx *ctx, void *user, int *done) {
 }
 
 
-/* --replicas: the same reads, into the ring of src/live_replicas.h (arrival: the send time, as above). */
+/* --replicas: the same reads, into the ring of drivers/live_replicas.h (arrival: the send time, as above). */
 static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int64_t *n, double *t, int *kind) {
   paced_loop *p = user;
   *n = 0;

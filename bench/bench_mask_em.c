@@ -1,5 +1,5 @@
 /* bench_mask_em.c — masked EM, CPU reference vs the CUDA twin (issue 6), on synthetic spike features
- * with realistic masks (src/mask_em_synth.h: 32 channels × 3 = 96 features, 20 units, ~6 unmasked
+ * with realistic masks (stages/mask_em/mask_em_synth.h: 32 channels × 3 = 96 features, 20 units, ~6 unmasked
  * channels per spike):
  *   complete runs  (-s sizes, default 10⁴ and 10⁵): CPU 1 thread, CPU all threads, GPU — total time,
  *                  iterations, time per full iteration, clusters, ARI GPU vs CPU, merged ARI vs truth;
@@ -16,10 +16,10 @@
 #include <string.h>
 
 #include "bench_common.h"
-#include "src/cluster_metrics.h"
-#include "src/log.h"
-#include "src/mask_em.h"
-#include "src/mask_em_synth.h"
+#include "stages/metrics/cluster_metrics.h"
+#include "core/log.h"
+#include "stages/mask_em/mask_em.h"
+#include "stages/mask_em/mask_em_synth.h"
 
 #define SEED 2025
 #define MAX_SIZES 8

@@ -1,5 +1,5 @@
 /* bench_mask_em_cpu.c — the CPU masked EM reference (issue 5): complete runs to convergence on
- * synthetic spike features with realistic masks (src/mask_em_synth.h: 32 channels × 3 features,
+ * synthetic spike features with realistic masks (stages/mask_em/mask_em_synth.h: 32 channels × 3 features,
  * 20 units, ~6 unmasked channels per spike), N = 2·10⁴ and 10⁵, with one thread and with all
  * threads. Each case reports wall time, iterations, time per full iteration, the share of time in
  * E-step, M-step, C-step + deletion and split rounds, the clusters found, ARI and merged ARI against
@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "bench_common.h"
-#include "src/cluster_metrics.h"
-#include "src/log.h"
-#include "src/mask_em.h"
-#include "src/mask_em_synth.h"
+#include "stages/metrics/cluster_metrics.h"
+#include "core/log.h"
+#include "stages/mask_em/mask_em.h"
+#include "stages/mask_em/mask_em_synth.h"
 
 #define SEED 2025
 #define MAX_SIZES 8

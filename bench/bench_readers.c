@@ -15,8 +15,8 @@
 #include "build_config.h"
 #include "io/nwb_write.h"
 #include "io/source.h"
-#include "src/log.h"
-#include "src/rng.h"
+#include "core/log.h"
+#include "core/rng.h"
 
 #define CHANNELS 32
 #define RATE 30000

@@ -16,7 +16,7 @@
 
 #include "bench_common.h"
 #include "io/h5_util.h"
-#include "src/compare.h"
+#include "tools/compare.h"
 
 #define WINDOW_MS 0.4
 #define SNR_MIN 5.0

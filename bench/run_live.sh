@@ -14,9 +14,9 @@
 #   READER (block|spin: how the pushing thread waits for the next block, default block), SENDER
 #   (sleep|spin: how the sender waits until a block is due, default sleep), PIN (a CPU for the pushing
 #   thread during the paced loop, or a list, one per worker; unset = not pinned), SENDER_PIN (a CPU for the sender thread; unset = not pinned),
-#   WORKERS (with READER=spin: pushing threads taking turns, src/live_workers.h; default 1; PIN may list
+#   WORKERS (with READER=spin: pushing threads taking turns, drivers/live_workers.h; default 1; PIN may list
 #   one CPU per worker, e.g. 3,7), SENDER_WORKERS (with SENDER=spin: sending threads taking turns; default 1;
-#   SENDER_PIN may list one CPU per sending thread), REPLICAS (engines pushing every block, src/live_replicas.h;
+#   SENDER_PIN may list one CPU per sending thread), REPLICAS (engines pushing every block, drivers/live_replicas.h;
 #   PIN lists one CPU per replica),
 #   BUILD_DIR (default /tmp/b), BUILD_TYPE (default Release)
 set -euo pipefail

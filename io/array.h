@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

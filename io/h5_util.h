@@ -8,7 +8,7 @@
 #include <hdf5.h>
 #include <stdint.h>
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

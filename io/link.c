@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/log.h"
+#include "core/log.h"
 
 #define SS_LINK_URI_MAX 1024
 #define SS_LINK_MAX_ADDRS 8           /* addresses tried per host name */

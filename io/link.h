@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

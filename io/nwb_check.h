@@ -14,7 +14,7 @@
 #ifndef SS_NWB_CHECK_H
 #define SS_NWB_CHECK_H
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -15,7 +15,7 @@
 
 #include "io/atomic_file.h"
 #include "io/h5_util.h"
-#include "src/rng.h"
+#include "core/rng.h"
 
 #define NWB_VERSION "2.5.0"
 #define NWB_CHUNK_ROWS 30000                  /* one second at 30 kHz */

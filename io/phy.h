@@ -20,7 +20,7 @@
 #include <stdint.h>
 
 #include "io/source.h"
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

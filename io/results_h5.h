@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "io/atomic_file.h"
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "params/probe.h"
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

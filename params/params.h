@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -9,7 +9,7 @@
 #ifndef SS_PROBE_H
 #define SS_PROBE_H
 
-#include "src/status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

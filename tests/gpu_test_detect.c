@@ -1,5 +1,5 @@
-/* gpu_test_detect.c — GPU group: CUDA detection (cuda/detect.cu) and PCA projection
- * (cuda/features_pca.cu) against the CPU reference on the same filtered blocks: noise with injected
+/* gpu_test_detect.c — GPU group: CUDA detection (stages/detect/detect.cu) and PCA projection
+ * (stages/features/features_pca.cu) against the CPU reference on the same filtered blocks: noise with injected
  * multi-channel bumps on several probes (and none), both polarities and join sizes, search and own
  * regions narrower than the block; a filtered 10 s simulated recording (with timing, printed); an
  * empty block, an empty search region and one huge component; the host dispatchers with a CUDA
@@ -11,15 +11,15 @@
 #include <time.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/detect.h"
-#include "src/features_pca.h"
-#include "src/filter.h"
-#include "src/log.h"
-#include "src/rng.h"
-#include "src/threshold.h"
+#include "stages/detect/detect.h"
+#include "stages/features/features_pca.h"
+#include "stages/filter/filter.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "stages/threshold/threshold.h"
 #include "ss_test.h"
 
 #if SS_HAVE_CUDA

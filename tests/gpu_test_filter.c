@@ -12,10 +12,10 @@
 #include <time.h>
 
 #include "params/params.h"
-#include "src/filter.h"
-#include "src/log.h"
-#include "src/rng.h"
-#include "src/threshold.h"
+#include "stages/filter/filter.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "stages/threshold/threshold.h"
 #if SS_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif

@@ -1,4 +1,4 @@
-/* gpu_test_frontend.c — the whole front end on the GPU (cuda/frontend.cu and the stage twins) against
+/* gpu_test_frontend.c — the whole front end on the GPU (drivers/frontend.cu and the stage twins) against
  * the CPU reference on simulated recordings of three seeds (issue 7): at least 99.9 % of the CPU's
  * spikes have a GPU spike within 1 sample on the same peak channel whose features agree within 1e-4
  * (relative to the spike's largest feature), and vice versa; and the GPU result does not depend on
@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/source.h"
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/frontend.h"
+#include "drivers/frontend.h"
 #include "ss_test.h"
 #include "ss_test_sim.h"
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/kmeans.h"
-#include "src/rng.h"
+#include "stages/kmeans/kmeans.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 #define CENTROID_RTOL 1e-5

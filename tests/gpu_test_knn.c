@@ -8,11 +8,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "src/knn.h"
+#include "stages/knn/knn.h"
 #if SS_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
-#include "src/rng.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 /* grid 0: uniform in [-100, 100]; 1: coordinates in {0, 1, 2} (exact ties); 2: points along a line

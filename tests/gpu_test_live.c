@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "build_config.h"
-#include "src/live.h"
-#include "src/live_model.h"
-#include "src/log.h"
+#include "stages/live/live.h"
+#include "stages/live/live_model.h"
+#include "core/log.h"
 #include "live_test_util.h"
 #include "ss_test.h"
 
@@ -251,8 +251,8 @@ static void agreement_with_offline_sort(void **state) {
   free(err);
 }
 
-/* 5. --spin's workers (src/live_workers.h) push from several threads, each bound to the device, and
- * --replicas (src/live_replicas.h) runs two CUDA engines on two streams at once: the spikes of the
+/* 5. --spin's workers (drivers/live_workers.h) push from several threads, each bound to the device, and
+ * --replicas (drivers/live_replicas.h) runs two CUDA engines on two streams at once: the spikes of the
  * single-threaded CUDA run. */
 static void spin_workers_on_the_device(void **state) {
   (void)state;

@@ -1,4 +1,4 @@
-/* gpu_test_mask_em.c — GPU group: the CUDA masked EM (cuda/mask_em.cu) against the CPU reference.
+/* gpu_test_mask_em.c — GPU group: the CUDA masked EM (stages/mask_em/mask_em.cu) against the CPU reference.
  * Over the first 5 full iterations from the same mask-pattern start, cluster counts, weights,
  * means, diagonals, cluster masks and covariance blocks agree to a relative error ≤ 5e-5 and the
  * scores to 1e-9; complete fits on two synthetic datasets and on a simulated recording's features
@@ -10,9 +10,9 @@
 
 #include "io/klustakwik.h"
 #include "io/matrix.h"
-#include "src/cluster_metrics.h"
-#include "src/mask_em.h"
-#include "src/mask_em_synth.h"
+#include "stages/metrics/cluster_metrics.h"
+#include "stages/mask_em/mask_em.h"
+#include "stages/mask_em/mask_em_synth.h"
 #include "mask_em_test_util.h"
 #include "ss_test.h"
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/live.h"
+#include "stages/live/live.h"
 #include "ss_test.h"
 
 typedef struct {

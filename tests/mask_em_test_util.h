@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-#include "src/mask_em_synth.h"
+#include "stages/mask_em/mask_em_synth.h"
 #include "ss_test.h"
 
 typedef struct {

@@ -9,8 +9,8 @@
 /* cmocka.h must follow the includes above */
 #include <cmocka.h>
 
-#include "src/backend.h"
-#include "src/status.h"
+#include "core/backend.h"
+#include "core/status.h"
 
 /* Exit code CTest counts as "skipped" (SKIP_RETURN_CODE). */
 #define SS_TEST_SKIP 77

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/source.h"
 #include "params/probe.h"
 

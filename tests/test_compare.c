@@ -14,8 +14,8 @@
 #include "io/npy.h"
 #include "io/nwb_write.h"
 #include "params/params.h"
-#include "src/compare.h"
-#include "src/rng.h"
+#include "tools/compare.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 #define RATE 30000.0

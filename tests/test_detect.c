@@ -8,8 +8,8 @@
 
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/detect.h"
-#include "src/rng.h"
+#include "stages/detect/detect.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 #define C 4

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/features_pca.h"
-#include "src/rng.h"
+#include "stages/features/features_pca.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 static void jacobi_known_matrix(void **state) {

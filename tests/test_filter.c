@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "params/params.h"
-#include "src/filter.h"
-#include "src/rng.h"
-#include "src/threshold.h"
+#include "stages/filter/filter.h"
+#include "core/rng.h"
+#include "stages/threshold/threshold.h"
 #include "ss_test.h"
 
 #define PI 3.14159265358979323846

@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/source.h"
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/frontend.h"
+#include "drivers/frontend.h"
 #include "ss_test.h"
 #include "ss_test_sim.h"
 

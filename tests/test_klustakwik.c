@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "io/klustakwik.h"
-#include "src/rng.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 static uint64_t seed;

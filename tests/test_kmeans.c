@@ -8,8 +8,8 @@
 
 #include "io/matrix.h"
 #include "io/npy.h"
-#include "src/kmeans.h"
-#include "src/rng.h"
+#include "stages/kmeans/kmeans.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 static ss_backend cpu(int threads) {

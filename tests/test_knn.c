@@ -6,8 +6,8 @@
 #include <time.h>
 
 #include "io/matrix.h"
-#include "src/knn.h"
-#include "src/rng.h"
+#include "stages/knn/knn.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 typedef struct {

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "io/link.h"
-#include "src/log.h"
-#include "src/rng.h"
+#include "core/log.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 #define C 3                 /* channels: a 6-byte frame, so odd write sizes split frames */

@@ -10,12 +10,12 @@
 #include <string.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/source.h"
 #include "params/params.h"
 #include "params/probe.h"
-#include "src/frontend.h"
-#include "src/live_model.h"
+#include "drivers/frontend.h"
+#include "stages/live/live_model.h"
 #include "ss_test.h"
 #include "ss_test_sim.h"
 

@@ -14,14 +14,14 @@
 #include <string.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "live_test_util.h"
 #include "ss_test_sim.h"
 #include "params/probe.h"
-#include "src/live.h"
-#include "src/live_model.h"
-#include "src/log.h"
-#include "src/sort.h"
+#include "stages/live/live.h"
+#include "stages/live/live_model.h"
+#include "core/log.h"
+#include "drivers/sort.h"
 
 #define PROBE SS_SOURCE_DIR "/params/probes/two_column_32.json"
 #define RATE 30000.0

@@ -1,11 +1,11 @@
-/* test_live_workers.c — the live loop's hot-standby workers (src/live_workers.h): work runs under the
+/* test_live_workers.c — the live loop's hot-standby workers (drivers/live_workers.h): work runs under the
  * turn only (never two workers at once), every item is done exactly once whichever worker takes it, the
  * first failure ends every worker and is returned with its message, and the CPU-list parser's errors. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "src/live_workers.h"
+#include "drivers/live_workers.h"
 #include "ss_test.h"
 
 enum { ITEMS = 20000 };

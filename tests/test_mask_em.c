@@ -10,10 +10,10 @@
 
 #include "io/klustakwik.h"
 #include "io/matrix.h"
-#include "src/cluster_metrics.h"
-#include "src/mask_em.h"
-#include "src/mask_em_synth.h"
-#include "src/rng.h"
+#include "stages/metrics/cluster_metrics.h"
+#include "stages/mask_em/mask_em.h"
+#include "stages/mask_em/mask_em_synth.h"
+#include "core/rng.h"
 #include "mask_em_test_util.h"
 #include "ss_test.h"
 

@@ -10,7 +10,7 @@
 
 #include "io/matrix.h"
 #include "io/npy.h"
-#include "src/rng.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 static uint64_t seed;

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "params/params.h"
-#include "src/rng.h"
-#include "src/merge.h"
+#include "core/rng.h"
+#include "stages/cleanup/merge.h"
 #include "ss_test.h"
 
 #define C 4

@@ -11,7 +11,7 @@
 
 #include "io/atomic_file.h"
 #include "io/npy.h"
-#include "src/rng.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 static uint64_t seed;

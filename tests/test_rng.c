@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "src/rng.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 static void reproducible_and_order_free(void **state) {

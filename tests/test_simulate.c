@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/nwb_check.h"
 #include "params/params.h"
 #include "ss_test.h"

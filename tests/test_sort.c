@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
-#include "datasets/simulate.h"
+#include "tools/simulate.h"
 #include "io/npy.h"
 #include "io/phy.h"
 #include "params/params.h"

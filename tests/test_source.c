@@ -12,8 +12,8 @@
 
 #include "io/nwb_write.h"
 #include "io/source.h"
-#include "src/log.h"
-#include "src/rng.h"
+#include "core/log.h"
+#include "core/rng.h"
 #include "ss_test.h"
 
 #define C 7                     /* odd on purpose: no tile lines up with anything */

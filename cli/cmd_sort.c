@@ -1,0 +1,100 @@
+/* cmd_sort.c — `spikestream sort INPUT -o DIR`: the whole offline pipeline (drivers/sort.h): front end,
+ * masked EM, automatic merge, and every output (results.h5, phy folder, KlustaKwik files, model.h5). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "params/params.h"
+#include "cli/cli.h"
+#include "drivers/sort.h"
+
+#define CMD "sort"
+
+static const char usage[] =
+    "usage: spikestream sort INPUT -o DIR [--probe P] [--params J] [--device D] [--threads N]\n"
+    "                        [--no-merge] [--check] [source options]\n\n"
+    "Sort a recording end to end: band-pass filter, thresholds, flood-fill detection, PCA features and\n"
+    "masks, masked EM (KlustaKwik's algorithm), then an automatic merge of over-split units (mean\n"
+    "waveforms correlated above merge.waveform_corr on shared channels, without adding refractory\n"
+    "violations; every merge is logged with its evidence). Writes, atomically, under DIR:\n"
+    "  results.h5                  spikes, clusters, per-cluster waveforms and statistics, merge log,\n"
+    "                              parameters, version, input checksum (docs/formats.md)\n"
+    "  phy/                        a phy folder (phy template-gui DIR/phy/params.py)\n"
+    "  BASE.fet.1 .fmask.1 .clu.1  KlustaKwik files (BASE: the input's name; .clu: final labels, 1 = noise)\n"
+    "  model.h5                    filter, thresholds, PCA, clusters and a labelled set for new spikes\n\n"
+    "  -o, --output DIR       output directory (created if missing)\n"
+    "      --probe P          probe JSON (default: the file's electrode positions, else\n"
+    "                         params/probes/two_column_32.json for 32 channels, else an error)\n"
+    "      --params J         parameter JSON (docs/params.md)\n"
+    "      --device D         auto | cpu | cuda (default auto): where the front end's chunk pass,\n"
+    "                         masked EM and the KNN assignment run (noise excerpts: CPU threads)\n"
+    "      --threads N        CPU threads (default: all; the result does not depend on it)\n"
+    "      --no-merge         keep masked EM's raw clusters\n"
+    "      --check            check the written phy folder (files, dtypes, shapes)\n"
+    SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
+
+typedef struct {
+  ss_sort_opts o;
+  const char *params_path;
+  int no_merge;
+  ss_ctx *ctx;
+} sort_args;
+
+static int on_option(int opt, const char *arg, void *user) {
+  sort_args *a = user;
+  int64_t n = 0;
+  int code = 0;
+  switch (opt) {
+    case 'o': a->o.out_dir = arg; break;
+    case 'p': a->o.probe_path = arg; break;
+    case 'j': a->params_path = arg; break;
+    case 'D':
+      if (ss_device_kind_parse(a->ctx, arg, &a->o.device) != SS_OK)
+        code = ss_cli_usage_error(CMD, "--device: %s", ss_error_message(a->ctx));
+      break;
+    case 't':
+      code = ss_cli_integer(CMD, "threads", arg, 1, 4096, &n);
+      a->o.n_threads = (int)n;
+      break;
+    case 'M': a->no_merge = 1; break;
+    case 'K': a->o.check_phy = 1; break;
+    default:
+      code = ss_cli_source_option(CMD, opt, arg, &a->o.spec, a->ctx);
+      if (code < 0) code = ss_cli_usage_error(CMD, "unknown option");
+  }
+  return code;
+}
+
+static ss_status run(ss_ctx *ctx, sort_args *a) {
+  if (a->params_path) SS_TRY(ss_params_load_file(ctx, a->params_path, &a->o.params));
+  SS_TRY(ss_params_validate(ctx, &a->o.params));
+  a->o.merge = a->no_merge ? 0 : a->o.params.merge.enabled;
+  ss_sort_summary sum;
+  SS_TRY(ss_sort_run(ctx, &a->o, &sum));
+  ss_sort_print_summary(stdout, &sum, a->o.out_dir);
+  if (a->o.check_phy) printf("phy check:         ok (%s/phy)\n", a->o.out_dir);
+  ss_sort_summary_free(&sum);
+  return SS_OK;
+}
+
+int ss_cmd_sort(int argc, char **argv, ss_ctx *ctx) {
+  static const struct option opts[] = {SS_CLI_SOURCE_LONGOPTS,
+                                       {"output", required_argument, NULL, 'o'},
+                                       {"probe", required_argument, NULL, 'p'},
+                                       {"params", required_argument, NULL, 'j'},
+                                       {"device", required_argument, NULL, 'D'},
+                                       {"threads", required_argument, NULL, 't'},
+                                       {"no-merge", no_argument, NULL, 'M'},
+                                       {"check", no_argument, NULL, 'K'},
+                                       {0, 0, 0, 0}};
+  sort_args a;
+  memset(&a, 0, sizeof(a));
+  ss_sort_opts_defaults(&a.o);
+  a.ctx = ctx;
+  int first, code = ss_cli_parse(argc, argv, CMD, opts, usage, ctx, on_option, &a, &first);
+  if (code >= 0) return code;
+  if (first != argc - 1) return ss_cli_usage_error(CMD, "expected one input recording");
+  if (!a.o.out_dir) return ss_cli_usage_error(CMD, "-o DIR is required");
+  a.o.spec.path = argv[first];
+  return ss_cli_finish(CMD, ctx, run(ctx, &a));
+}

@@ -1,0 +1,402 @@
+/* sort.c — the offline pipeline driver (sort.h): backend and probe resolution, the input checksum
+ * (in a thread, alongside the front end), front end, masked EM, merge, per-cluster statistics, and
+ * the stage timings and summary. The outputs are written by sort_outputs.c. */
+#include "io/atomic_file.h"
+#include "drivers/sort.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "io/checksum.h"
+#include "core/log.h"
+#include "stages/knn/knn.h"
+#include "stages/mask_em/mask_em.h"
+#include "drivers/sort_internal.h"
+
+void ss_sort_opts_defaults(ss_sort_opts *o) {
+  memset(o, 0, sizeof(*o));
+  ss_params_defaults(&o->params);
+  o->device = SS_DEVICE_AUTO;
+  o->merge = o->params.merge.enabled;
+}
+
+void ss_sort_summary_free(ss_sort_summary *s) {
+  free(s->labels_raw);
+  free(s->labels);
+  memset(s, 0, sizeof(*s));
+}
+
+/* --- setup ------------------------------------------------------------------------------------- */
+
+static ss_status open_backend(ss_ctx *ctx, const ss_sort_opts *o, ss_backend *be, const char **device) {
+  SS_TRY(ss_backend_open(ctx, o->device, 0, o->n_threads, be));
+  *device = be->kind == SS_DEVICE_CUDA ? "cuda" : "cpu";
+  return SS_OK;
+}
+
+/* The probe: the file given, else the recording's electrode positions, else the shipped two-column
+ * probe when the channel count is its own. */
+static ss_status resolve_probe(ss_ctx *ctx, const ss_sort_opts *o, const ss_source_info *info, ss_probe *probe) {
+  double radius = o->params.probe.adjacency_radius_um;
+  if (o->probe_path) {
+    SS_TRY(ss_probe_load_file(ctx, o->probe_path, radius, probe));
+  } else if (info->has_positions) {
+    SS_TRY(ss_probe_from_positions(ctx, info->n_channels, info->x_um, info->y_um, radius, probe));
+    ss_log_info(ctx, "sort: probe from the electrode positions of %s", info->path);
+  } else if (info->n_channels == SS_SORT_DEFAULT_PROBE_CHANNELS) {
+    SS_TRY(ss_probe_load_file(ctx, SS_SOURCE_DIR "/" SS_SORT_DEFAULT_PROBE, radius, probe));
+    ss_log_info(ctx, "sort: no --probe and no electrode positions: using %s", SS_SORT_DEFAULT_PROBE);
+  } else {
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: no probe: give --probe (the file has no electrode positions, and its %d channels do not "
+                   "match the default probe's %d)",
+                   info->path, info->n_channels, SS_SORT_DEFAULT_PROBE_CHANNELS);
+  }
+  ss_status st = ss_probe_check_recording(ctx, probe, info->n_channels);
+  if (st != SS_OK) {
+    ss_ctx_prefix(ctx, "%s", o->probe_path ? o->probe_path : info->path);
+    ss_probe_free(probe);
+  }
+  return st;
+}
+
+/* --- the checksum thread ------------------------------------------------------------------------ */
+
+typedef struct {
+  const char *path;
+  uint32_t crc;
+  ss_ctx ctx;
+  ss_status st;
+  double seconds;
+} crc_job;
+
+static void *crc_main(void *arg) {
+  crc_job *j = arg;
+  double t0 = ss_now();
+  j->st = ss_file_crc32(&j->ctx, j->path, &j->crc);
+  j->seconds = ss_now() - t0;
+  return NULL;
+}
+
+/* --- stages ------------------------------------------------------------------------------------ */
+
+/* The spikes masked EM runs on: all, or sort.em_max_spikes of them evenly spaced in time (KlustaKwik's
+ * Subset), spike floor(k·n/m) for k < m. */
+static ss_status em_subset(ss_ctx *ctx, const ss_sort_state *s, int64_t **idx, int64_t *m) {
+  const int64_t n = s->spikes.n, max = s->o->params.sort.em_max_spikes;
+  *m = max > 0 && max < n ? max : n;
+  SS_TRY(SS_ALLOC(ctx, *idx, (size_t)*m, "masked-EM subset"));
+  for (int64_t k = 0; k < *m; k++) (*idx)[k] = (int64_t)((__int128)k * n / *m);
+  return SS_OK;
+}
+
+/* Rows idx[0..m) of the features, and their masks spread over each channel's P features exactly as
+ * the .fmask file spells them. */
+static ss_status gather_rows(ss_ctx *ctx, const ss_spikes *sp, const int64_t *idx, int64_t m, float **x, float **mk) {
+  const int64_t C = sp->n_channels, P = sp->n_pcs, D = C * P;
+  SS_TRY(SS_ALLOC(ctx, *x, (size_t)(m > 0 ? m : 1) * D, "masked-EM features"));
+  SS_TRY(SS_ALLOC(ctx, *mk, (size_t)(m > 0 ? m : 1) * D, "feature masks"));
+  for (int64_t i = 0; i < m; i++) {
+    memcpy(*x + i * D, sp->features + idx[i] * D, (size_t)D * sizeof(float));
+    for (int64_t j = 0; j < D; j++) (*mk)[i * D + j] = sp->masks[idx[i] * C + j / P];
+  }
+  return SS_OK;
+}
+
+static ss_status fit_subset(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s, const float *x, const float *mk,
+                            int64_t m, ss_mask_em_result *r) {
+  const int64_t D = (int64_t)s->spikes.n_channels * s->spikes.n_pcs;
+  ss_mask_em_opts opts;
+  ss_mask_em_opts_from_params(&opts, &s->o->params);
+  /* detector masks are wider than KlustaKwik's defaults assume: `sort` has its own BIC weight */
+  opts.penalty_k_log_n = s->o->params.sort.penalty_k_log_n;
+  ss_params def;
+  ss_params_defaults(&def);
+  if (s->o->params.mask_em.penalty_k_log_n != def.mask_em.penalty_k_log_n) /* set, but not the knob sort reads */
+    ss_log_warn(ctx, "sort: mask_em.penalty_k_log_n = %g is ignored here; sort uses sort.penalty_k_log_n = %g",
+                s->o->params.mask_em.penalty_k_log_n, opts.penalty_k_log_n);
+  /* the per-iteration log (info in `cluster`) is shown here only at --log-level debug */
+  ss_ctx em_ctx;
+  ss_ctx_init(&em_ctx);
+  em_ctx.quiet = ctx->quiet;
+  em_ctx.log_stream = ctx->log_stream;
+  em_ctx.progress_tty = ctx->progress_tty;
+  em_ctx.log_level = ctx->log_level >= SS_LOG_DEBUG ? ctx->log_level : SS_LOG_WARN;
+  ss_status st = ss_mask_em_fit(&em_ctx, be, x, mk, m, D, &opts, r);
+  if (st != SS_OK) return ss_fail(ctx, st, "%s", ss_error_message(&em_ctx));
+  return SS_OK;
+}
+
+/* The label most of a spike's k neighbours carry; a tie goes to the label met first (nearest). */
+static int32_t vote(const int64_t *nb, int64_t k, const int32_t *ref_labels) {
+  int32_t best = ref_labels[nb[0]];
+  int64_t best_count = 0;
+  for (int64_t a = 0; a < k; a++) {
+    int64_t count = 0;
+    for (int64_t b = 0; b < k; b++) count += ref_labels[nb[b]] == ref_labels[nb[a]];
+    if (count > best_count) {
+      best_count = count;
+      best = ref_labels[nb[a]];
+    }
+  }
+  return best;
+}
+
+/* Label the spikes left out of masked EM (in[k] == 0) by a vote of their nearest subset spikes. */
+static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_state *s, const float *ref,
+                             const int32_t *ref_labels, int64_t m, const uint8_t *in, int32_t *labels) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t n = sp->n, D = (int64_t)sp->n_channels * sp->n_pcs, q = n - m;
+  if (q == 0) return SS_OK;
+  ss_knn_opts o;
+  ss_knn_opts_from_params(&o, &s->o->params);
+  o.k = s->o->params.sort.assign_k < m ? s->o->params.sort.assign_k : m;
+  int64_t *rows = NULL, *nb = NULL;
+  float *xq = NULL;
+  double *dist = NULL;
+  ss_knn_index *ix = NULL;
+  ss_status st = SS_ALLOC(ctx, rows, (size_t)q, "assigned spikes");
+  if (st == SS_OK) st = SS_ALLOC(ctx, xq, (size_t)q * D, "assigned spikes");
+  if (st == SS_OK) st = SS_ALLOC(ctx, nb, (size_t)q * o.k, "neighbours");
+  if (st == SS_OK) st = SS_ALLOC(ctx, dist, (size_t)q * o.k, "neighbours");
+  for (int64_t i = 0, j = 0; st == SS_OK && i < n; i++)
+    if (!in[i]) {
+      rows[j] = i;
+      memcpy(xq + j++ * D, sp->features + i * D, (size_t)D * sizeof(float));
+    }
+  ss_knn_stats stats;
+  if (st == SS_OK) st = ss_knn_index_create(ctx, be, ref, m, D, &ix);
+  if (st == SS_OK) st = ss_knn_search(ctx, ix, &o, xq, q, nb, dist, &stats);
+  for (int64_t j = 0; st == SS_OK && j < q; j++) labels[rows[j]] = vote(nb + j * o.k, o.k, ref_labels);
+  if (ix) ss_knn_index_free(ix);
+  free(rows);
+  free(xq);
+  free(nb);
+  free(dist);
+  return st;
+}
+
+static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t n = sp->n;
+  if (n == 0)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: no spikes detected (detect.strong_std = %g): nothing to sort", s->info->path,
+                   s->o->params.detect.strong_std);
+  int64_t *sub = NULL, m = 0;
+  float *x = NULL, *mk = NULL;
+  uint8_t *in = NULL;
+  ss_mask_em_result r = {0};
+  ss_status st = em_subset(ctx, s, &sub, &m);
+  if (st == SS_OK) st = gather_rows(ctx, sp, sub, m, &x, &mk);
+  if (st == SS_OK && m < n)
+    ss_log_info(ctx, "sort: masked EM on %" PRId64 " of %" PRId64 " spikes (sort.em_max_spikes), the others by a "
+                "vote of their %" PRId64 " nearest", m, n, s->o->params.sort.assign_k);
+  if (st == SS_OK) st = fit_subset(ctx, be, s, x, mk, m, &r);
+  free(mk);
+  if (st == SS_OK)
+    ss_log_info(ctx, "sort: masked EM: %" PRId64 " clusters (noise included) after %" PRId64 " iterations (%s), %.2f s",
+                r.n_clusters, r.n_iterations, ss_mask_em_stop_name(r.stop), r.t_total_s);
+  if (st == SS_OK) st = SS_CALLOC(ctx, in, (size_t)n, "masked-EM subset");
+  if (st == SS_OK) st = SS_ALLOC(ctx, s->labels_raw, (size_t)n, "labels");
+  for (int64_t k = 0; st == SS_OK && k < m; k++) {
+    in[sub[k]] = 1;
+    s->labels_raw[sub[k]] = r.labels[k];
+  }
+  double t0 = ss_now();
+  if (st == SS_OK) st = assign_rest(ctx, be, s, x, r.labels, m, in, s->labels_raw);
+  s->sum->t_assign_s = ss_now() - t0;
+  if (st == SS_OK) {
+    s->k_raw = r.n_clusters;
+    s->sum->em_iterations = r.n_iterations;
+    s->sum->em_spikes = m;
+  }
+  ss_mask_em_result_free(&r);
+  free(sub);
+  free(x);
+  free(in);
+  return st;
+}
+
+/* One merge pass over labels (k clusters, mapped in place): the clusters' mean waveforms, then the
+ * merge (merge.h). */
+static ss_status merge_pass(ss_ctx *ctx, ss_sort_state *s, int64_t *k, const int32_t *origin, ss_merge_result *r) {
+  ss_cluster_stats st_k;
+  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, *k, s->o->params.merge.refractory_ms, &st_k));
+  ss_merge_input in = {.n = s->spikes.n,
+                       .times = s->spikes.time_samples,
+                       .labels = s->labels,
+                       .k = *k,
+                       .n_channels = st_k.C,
+                       .n_wave = st_k.W,
+                       .mean_waveform = st_k.wave,
+                       .mean_mask = st_k.mean_mask,
+                       .rate_hz = s->spikes.rate_hz,
+                       .origin = origin};
+  ss_status st = ss_merge_run(ctx, &s->o->params, &in, r);
+  ss_cluster_stats_free(&st_k);
+  SS_TRY(st);
+  for (int64_t i = 0; i < s->spikes.n; i++) s->labels[i] = r->map[s->labels[i]];
+  *k = r->k_out;
+  return SS_OK;
+}
+
+/* Merge, clean up (merge.h: the merge only joins; the cleanup removes what masked EM put in the wrong
+ * cluster), and merge again: cleaned clusters have truer mean waveforms, and pieces the cleanup split
+ * apart (same origin) are never joined back. results.h5's merge log holds the first pass. */
+static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
+  const int64_t n = s->spikes.n;
+  SS_TRY(SS_ALLOC(ctx, s->labels, (size_t)n, "final labels"));
+  memcpy(s->labels, s->labels_raw, (size_t)n * sizeof(int32_t));
+  s->k = s->k_raw;
+  if (!s->o->merge) {
+    ss_log_info(ctx, "sort: merge off (--no-merge or merge.enabled = false): %" PRId64 " raw clusters kept", s->k_raw);
+    return SS_OK;
+  }
+  SS_TRY(merge_pass(ctx, s, &s->k, NULL, &s->merge));
+  s->merged = 1;
+  ss_cleanup_input ci = {.n = n,
+                         .n_channels = s->spikes.n_channels,
+                         .n_pcs = s->spikes.n_pcs,
+                         .features = s->spikes.features,
+                         .masks = s->spikes.masks,
+                         .k = s->k,
+                         .n_threads = s->sum->n_threads};
+  ss_cleanup_result cr;
+  SS_TRY(ss_merge_cleanup(ctx, &s->o->params, &ci, s->labels, &cr));
+  s->k = cr.k_out;
+  ss_merge_result again;
+  ss_status st = merge_pass(ctx, s, &s->k, cr.origin, &again);
+  ss_cleanup_result_free(&cr);
+  SS_TRY(st);
+  s->n_merges_after_cleanup = again.n_merges;
+  ss_merge_result_free(&again);
+  return SS_OK;
+}
+
+static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  ss_sort_summary *sum = s->sum;
+  double t0 = ss_now();
+  if (be->kind == SS_DEVICE_CUDA)
+    ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features",
+                be->gpu.name, be->n_threads);
+  else
+    ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
+  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  double t1 = ss_now();
+  sum->t_frontend_s = t1 - t0;
+  sum->n_spikes = s->spikes.n;
+  ss_log_info(ctx, "sort: [2/4] masked EM on %s: %" PRId64 " spikes x %d features", s->device, s->spikes.n,
+              s->spikes.n_channels * s->spikes.n_pcs);
+  SS_TRY(run_mask_em(ctx, be, s));
+  double t2 = ss_now();
+  sum->t_cluster_s = t2 - t1;
+  ss_log_info(ctx, "sort: [3/4] merge of over-split units (%" PRId64 " clusters, noise included)", s->k_raw);
+  SS_TRY(run_merge(ctx, s));
+  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, s->k, s->o->params.merge.refractory_ms,
+                                  &s->stats));
+  sum->t_merge_s = ss_now() - t2;
+  if (s->o->params.sort.live_model) {
+    double t3 = ss_now();
+    ss_sort_live_twin(ctx, be, src, s); /* a front-end pass: counted with the front end */
+    sum->t_frontend_s += ss_now() - t3;
+  }
+  sum->n_clusters_raw = s->k_raw;
+  sum->n_clusters = s->k;
+  sum->n_merges = s->merged ? s->merge.n_merges + s->n_merges_after_cleanup : 0;
+  return SS_OK;
+}
+
+static void state_free(ss_sort_state *s) {
+  ss_spikes_free(&s->spikes);
+  ss_frontend_model_free(&s->fe);
+  free(s->labels_raw);
+  free(s->labels);
+  ss_merge_result_free(&s->merge);
+  ss_cluster_stats_free(&s->stats);
+  ss_frontend_model_free(&s->live_fe);
+  ss_live_twin_free(&s->live);
+}
+
+/* Hand the labels to the summary (they outlive the state). */
+static void keep_labels(ss_sort_state *s) {
+  s->sum->labels_raw = s->labels_raw;
+  s->sum->labels = s->labels;
+  s->labels_raw = NULL;
+  s->labels = NULL;
+}
+
+static ss_status run_all(ss_ctx *ctx, const ss_sort_opts *o, const ss_backend *be, ss_source *src, ss_sort_state *s,
+                         double t_start) {
+  crc_job job = {.path = o->spec.path};
+  ss_ctx_init(&job.ctx);
+  pthread_t th;
+  int threaded = pthread_create(&th, NULL, crc_main, &job) == 0;
+  if (!threaded) crc_main(&job);
+  ss_status st = pipeline(ctx, be, src, s);
+  if (threaded) pthread_join(th, NULL);
+  if (st == SS_OK && job.st != SS_OK) st = ss_fail(ctx, job.st, "%s", ss_error_message(&job.ctx));
+  if (st != SS_OK) return st;
+  s->crc = job.crc;
+  s->sum->input_crc32 = job.crc;
+  ss_log_debug(ctx, "sort: input CRC-32 %08x (%.2f s, alongside the front end)", job.crc, job.seconds);
+  double t3 = ss_now();
+  ss_log_info(ctx, "sort: [4/4] outputs under %s", o->out_dir);
+  st = ss_sort_write_outputs(ctx, s);
+  s->sum->t_output_s = ss_now() - t3;
+  s->sum->t_total_s = ss_now() - t_start;
+  return st;
+}
+
+ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) {
+  memset(sum, 0, sizeof(*sum));
+  double t_start = ss_now();
+  if (!o->out_dir || !o->spec.path) return ss_fail(ctx, SS_ERR_USAGE, "sort: an input and an output directory are needed");
+  ss_backend be;
+  const char *device = NULL;
+  SS_TRY(open_backend(ctx, o, &be, &device));
+  ss_source *src = NULL;
+  ss_status st = ss_source_open(ctx, &o->spec, &src);
+  if (st != SS_OK) {
+    ss_backend_close(&be);
+    return st;
+  }
+  const ss_source_info *info = ss_source_get_info(src);
+  ss_probe probe;
+  st = resolve_probe(ctx, o, info, &probe);
+  if (st == SS_OK) {
+    ss_sort_state s = {.o = o, .info = info, .probe = &probe, .device = device, .sum = sum};
+    sum->duration_s = info->duration_s;
+    sum->n_channels = info->n_channels;
+    sum->n_threads = be.n_threads;
+    ss_path_base_name(o->spec.path, sum->base, sizeof(sum->base));
+    st = run_all(ctx, o, &be, src, &s, t_start);
+    if (st == SS_OK) keep_labels(&s);
+    state_free(&s);
+    ss_probe_free(&probe);
+  }
+  ss_source_close(src);
+  ss_backend_close(&be);
+  if (st != SS_OK) ss_sort_summary_free(sum);
+  return st;
+}
+
+void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_dir) {
+  double total = s->t_total_s > 0 ? s->t_total_s : 1e-9;
+  fprintf(f, "sorted %.1f s of %d channels -> %s\n", s->duration_s, s->n_channels, out_dir);
+  fprintf(f, "spikes:            %" PRId64 "\n", s->n_spikes);
+  fprintf(f, "clusters:          %" PRId64 " from masked EM (%" PRId64 " iterations), %" PRId64 " after %" PRId64
+             " merges (noise cluster 0 included)\n",
+          s->n_clusters_raw, s->em_iterations, s->n_clusters, s->n_merges);
+  if (s->em_spikes < s->n_spikes)
+    fprintf(f, "masked EM on:      %" PRId64 " of the spikes (sort.em_max_spikes); the other %" PRId64
+               " labelled by nearest-neighbour vote in %.2f s\n",
+            s->em_spikes, s->n_spikes - s->em_spikes, s->t_assign_s);
+  fprintf(f, "time per stage:    front end %.2f s, masked EM %.2f s, merge %.2f s, outputs %.2f s\n", s->t_frontend_s,
+          s->t_cluster_s, s->t_merge_s, s->t_output_s);
+  fprintf(f, "total:             %.2f s on %d CPU threads = %.1fx real time\n", s->t_total_s, s->n_threads,
+          s->duration_s / total);
+}

@@ -1,0 +1,755 @@
+/* sort_outputs.c — per-cluster statistics and the outputs of a sort (sort.h): results.h5 with the
+ * clusters and the merge log, the phy folder, the KlustaKwik files and model.h5. Everything here is
+ * sequential over spikes, so the outputs do not depend on the thread count. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "io/atomic_file.h"
+#include "io/klustakwik.h"
+#include "io/model_h5.h"
+#include "io/phy.h"
+#include "io/results_h5.h"
+#include "io/h5_util.h"
+#include "core/log.h"
+#include "drivers/sort_internal.h"
+
+/* phy's feature view: each spike's PCs on its template's strongest channels. */
+#define SS_SORT_PHY_FEATURE_CHANNELS 8
+/* model.h5's KNN reference set holds at most this many spikes (every stride-th beyond). */
+#define SS_SORT_MODEL_KNN_MAX 200000
+/* Causal and zero-phase sub-sample times of one spike differ by up to about 1.5 samples around their
+ * median offset (the filters shape the trough differently): matching allows this much beyond
+ * detect.join_size, in samples. */
+#define SS_SORT_LIVE_MATCH_SLACK 1
+
+/* --- statistics -------------------------------------------------------------------------------- */
+
+void ss_cluster_stats_free(ss_cluster_stats *st) {
+  free(st->count);
+  free(st->centroid);
+  free(st->variance);
+  free(st->mean_mask);
+  free(st->wave);
+  free(st->amp_mean);
+  free(st->amp_sd);
+  free(st->peak_channel);
+  free(st->viol_fraction);
+  memset(st, 0, sizeof(*st));
+}
+
+static ss_status stats_alloc(ss_ctx *ctx, ss_cluster_stats *o, int64_t k, int C, int P, int W) {
+  memset(o, 0, sizeof(*o));
+  o->k = k;
+  o->C = C;
+  o->P = P;
+  o->W = W;
+  size_t K = (size_t)k, D = (size_t)C * P;
+  if (SS_CALLOC(ctx, o->count, K, "cluster statistics") != SS_OK || SS_CALLOC(ctx, o->centroid, K * D, "centroids") ||
+      SS_CALLOC(ctx, o->variance, K * D, "variances") || SS_CALLOC(ctx, o->mean_mask, K * C, "mean masks") ||
+      SS_CALLOC(ctx, o->wave, K * C * W, "mean waveforms") || SS_CALLOC(ctx, o->amp_mean, K, "amplitudes") ||
+      SS_CALLOC(ctx, o->amp_sd, K, "amplitudes") || SS_CALLOC(ctx, o->peak_channel, K, "peak channels") ||
+      SS_CALLOC(ctx, o->viol_fraction, K, "violations")) {
+    ss_cluster_stats_free(o);
+    return SS_ERR_NOMEM;
+  }
+  return SS_OK;
+}
+
+/* wave[c][t] = Σ_p centroid[c·P + p] · basis[c][p][t]; peak channel = largest peak-to-peak. */
+static void rebuild_waveforms(ss_cluster_stats *o, const ss_pca *pca) {
+  const int C = o->C, P = o->P, W = o->W;
+  for (int64_t c = 0; c < o->k; c++) {
+    double best = -1;
+    for (int ch = 0; ch < C; ch++) {
+      float *w = o->wave + ((size_t)c * C + ch) * W;
+      const float *f = o->centroid + (size_t)c * C * P + (size_t)ch * P;
+      double lo = INFINITY, hi = -INFINITY;
+      for (int t = 0; t < W; t++) {
+        double v = 0;
+        for (int p = 0; p < P; p++) v += (double)f[p] * pca->basis[((size_t)ch * pca->n_pcs + p) * pca->n_wave + t];
+        w[t] = (float)v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+      }
+      if (hi - lo > best) {
+        best = hi - lo;
+        o->peak_channel[c] = ch;
+      }
+    }
+  }
+}
+
+ss_status ss_cluster_stats_compute(ss_ctx *ctx, const ss_spikes *s, const ss_pca *pca, const int32_t *labels,
+                                   int64_t k, double refractory_ms, ss_cluster_stats *o) {
+  const int C = s->n_channels, P = s->n_pcs, D = C * P;
+  SS_TRY(stats_alloc(ctx, o, k, C, P, pca->n_wave));
+  double *sum = NULL, *sq = NULL, *msum = NULL, *a1 = NULL, *a2 = NULL;
+  int64_t *last = NULL, *viol = NULL;
+  ss_status st = SS_OK;
+  if (SS_CALLOC(ctx, sum, (size_t)k * D, "cluster sums") || SS_CALLOC(ctx, sq, (size_t)k * D, "cluster sums") ||
+      SS_CALLOC(ctx, msum, (size_t)k * C, "cluster sums") || SS_CALLOC(ctx, a1, (size_t)k, "cluster sums") ||
+      SS_CALLOC(ctx, a2, (size_t)k, "cluster sums") || SS_ALLOC(ctx, last, (size_t)k, "cluster sums") ||
+      SS_CALLOC(ctx, viol, (size_t)k, "cluster sums"))
+    st = SS_ERR_NOMEM;
+  int64_t refr = llround(refractory_ms * s->rate_hz / 1000.0);
+  for (int64_t c = 0; st == SS_OK && c < k; c++) last[c] = INT64_MIN;
+  for (int64_t i = 0; st == SS_OK && i < s->n; i++) {
+    int64_t c = labels[i];
+    o->count[c]++;
+    for (int j = 0; j < D; j++) {
+      double x = s->features[i * D + j];
+      sum[c * D + j] += x;
+      sq[c * D + j] += x * x;
+    }
+    for (int ch = 0; ch < C; ch++) msum[c * C + ch] += s->masks[i * C + ch];
+    a1[c] += s->amplitude[i];
+    a2[c] += (double)s->amplitude[i] * s->amplitude[i];
+    if (last[c] != INT64_MIN && s->time_samples[i] - last[c] < refr) viol[c]++;
+    last[c] = s->time_samples[i];
+  }
+  for (int64_t c = 0; st == SS_OK && c < k; c++) {
+    double n = (double)(o->count[c] > 0 ? o->count[c] : 1);
+    for (int j = 0; j < D; j++) {
+      double m = sum[c * D + j] / n, v = sq[c * D + j] / n - m * m;
+      o->centroid[c * D + j] = (float)m;
+      o->variance[c * D + j] = (float)(v > 0 ? v : 0);
+    }
+    for (int ch = 0; ch < C; ch++) o->mean_mask[c * C + ch] = (float)(msum[c * C + ch] / n);
+    double am = a1[c] / n, av = a2[c] / n - am * am;
+    o->amp_mean[c] = (float)am;
+    o->amp_sd[c] = (float)sqrt(av > 0 ? av : 0);
+    o->viol_fraction[c] = (double)viol[c] / n;
+  }
+  if (st == SS_OK) rebuild_waveforms(o, pca);
+  free(sum);
+  free(sq);
+  free(msum);
+  free(a1);
+  free(a2);
+  free(last);
+  free(viol);
+  if (st != SS_OK) ss_cluster_stats_free(o);
+  return st;
+}
+
+/* --- paths ------------------------------------------------------------------------------------- */
+
+
+static void out_path(char *buf, size_t len, const ss_sort_state *s, const char *name) {
+  snprintf(buf, len, "%s/%s", s->o->out_dir, name);
+}
+
+/* --- results.h5 -------------------------------------------------------------------------------- */
+
+static ss_status write_clusters_group(ss_ctx *ctx, hid_t f, const ss_sort_state *s, const char *path) {
+  const ss_cluster_stats *c = &s->stats;
+  const int64_t K = c->k, D = (int64_t)c->C * c->P;
+  int32_t *ids = NULL;
+  double *rate = NULL;
+  SS_TRY(SS_ALLOC(ctx, ids, (size_t)K, "cluster ids"));
+  ss_status st = SS_ALLOC(ctx, rate, (size_t)K, "firing rates");
+  for (int64_t i = 0; st == SS_OK && i < K; i++) {
+    ids[i] = (int32_t)i;
+    rate[i] = s->info->duration_s > 0 ? (double)c->count[i] / s->info->duration_s : 0;
+  }
+  hid_t g = -1;
+  if (st == SS_OK) st = ss_results_group(ctx, f, "clusters", path, &g);
+  int64_t wd[3] = {K, c->C, c->W};
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "noise_cluster", 0, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "id", H5T_NATIVE_INT32, K, 0, ids, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "n_spikes", H5T_NATIVE_INT64, K, 0, c->count, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "firing_rate_hz", H5T_NATIVE_DOUBLE, K, 0, rate, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "peak_channel", H5T_NATIVE_INT32, K, 0, c->peak_channel, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "amplitude_mean", H5T_NATIVE_FLOAT, K, 0, c->amp_mean, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "amplitude_sd", H5T_NATIVE_FLOAT, K, 0, c->amp_sd, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "refractory_violation_fraction", H5T_NATIVE_DOUBLE, K, 0, c->viol_fraction, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "mean_features", H5T_NATIVE_FLOAT, K, D, c->centroid, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "feature_variance", H5T_NATIVE_FLOAT, K, D, c->variance, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "mean_mask", H5T_NATIVE_FLOAT, K, c->C, c->mean_mask, path);
+  if (st == SS_OK) st = ss_results_dataset_nd(ctx, g, "mean_waveform", H5T_NATIVE_FLOAT, 3, wd, c->wave, path);
+  if (g >= 0) H5Gclose(g);
+  free(ids);
+  free(rate);
+  return st;
+}
+
+static ss_status write_merges_group(ss_ctx *ctx, hid_t f, const ss_sort_state *s, const char *path) {
+  const int64_t M = s->merged ? s->merge.n_decisions : 0;
+  size_t m = (size_t)(M > 0 ? M : 1);
+  int32_t *a = NULL, *b = NULL, *ns = NULL, *acc = NULL;
+  double *corr = NULL, *vb = NULL, *va = NULL;
+  ss_status st = SS_OK;
+  if (SS_ALLOC(ctx, a, m, "merge log") || SS_ALLOC(ctx, b, m, "merge log") || SS_ALLOC(ctx, ns, m, "merge log") ||
+      SS_ALLOC(ctx, acc, m, "merge log") || SS_ALLOC(ctx, corr, m, "merge log") || SS_ALLOC(ctx, vb, m, "merge log") ||
+      SS_ALLOC(ctx, va, m, "merge log"))
+    st = SS_ERR_NOMEM;
+  for (int64_t i = 0; st == SS_OK && i < M; i++) {
+    const ss_merge_decision *d = &s->merge.decisions[i];
+    a[i] = d->a;
+    b[i] = d->b;
+    ns[i] = d->n_shared;
+    acc[i] = d->accepted;
+    corr[i] = d->corr;
+    vb[i] = d->viol_before;
+    va[i] = d->viol_after;
+  }
+  hid_t g = -1;
+  if (st == SS_OK) st = ss_results_group(ctx, f, "merges", path, &g);
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "enabled", s->merged, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "cluster_a", H5T_NATIVE_INT32, M, 0, a, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "cluster_b", H5T_NATIVE_INT32, M, 0, b, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "waveform_corr", H5T_NATIVE_DOUBLE, M, 0, corr, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "shared_channels", H5T_NATIVE_INT32, M, 0, ns, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "violations_before", H5T_NATIVE_DOUBLE, M, 0, vb, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "violations_after", H5T_NATIVE_DOUBLE, M, 0, va, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "accepted", H5T_NATIVE_INT32, M, 0, acc, path);
+  if (st == SS_OK && s->merged)
+    st = ss_results_dataset(ctx, g, "map", H5T_NATIVE_INT32, s->merge.k_in, 0, s->merge.map, path);
+  if (g >= 0) H5Gclose(g);
+  free(a);
+  free(b);
+  free(ns);
+  free(acc);
+  free(corr);
+  free(vb);
+  free(va);
+  return st;
+}
+
+static ss_status write_run_attrs(ss_ctx *ctx, hid_t f, const ss_sort_state *s, const char *path) {
+  char crc[16];
+  snprintf(crc, sizeof(crc), "%08x", s->crc);
+  SS_TRY(ss_h5_attr_str(ctx, f, "input_path", s->info->path, path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "input_crc32", crc, path));
+  SS_TRY(ss_h5_attr_f64(ctx, f, "duration_s", s->info->duration_s, path));
+  SS_TRY(ss_h5_attr_str(ctx, f, "device", s->device, path));
+  SS_TRY(ss_h5_attr_i32(ctx, f, "n_clusters", (int)s->k, path));
+  return ss_h5_attr_i32(ctx, f, "n_clusters_raw", (int)s->k_raw, path);
+}
+
+static ss_status write_results(ss_ctx *ctx, const ss_sort_state *s) {
+  char path[SS_SORT_PATH_MAX + 64];
+  out_path(path, sizeof(path), s, "results.h5");
+  char *json = ss_params_to_json(&s->o->params);
+  if (!json) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: parameter JSON");
+  const ss_spikes *sp = &s->spikes;
+  ss_results_core core = {.sample_rate = sp->rate_hz,
+                          .n_channels = sp->n_channels,
+                          .n_pcs = sp->n_pcs,
+                          .n = sp->n,
+                          .time_samples = sp->time_samples,
+                          .time_fraction = sp->time_fraction,
+                          .peak_channel = sp->peak_channel,
+                          .amplitude = sp->amplitude,
+                          .features = sp->features,
+                          .masks = sp->masks,
+                          .cluster = s->labels,
+                          .params_json = json};
+  ss_results_file rf;
+  ss_status st = ss_results_begin(ctx, path, &core, &rf);
+  free(json);
+  SS_TRY(st);
+  st = ss_results_dataset(ctx, rf.file, "spikes/cluster_raw", H5T_NATIVE_INT32, sp->n, 0, s->labels_raw, path);
+  if (st == SS_OK) st = write_run_attrs(ctx, rf.file, s, path);
+  if (st == SS_OK) st = write_clusters_group(ctx, rf.file, s, path);
+  if (st == SS_OK) st = write_merges_group(ctx, rf.file, s, path);
+  if (st != SS_OK) {
+    ss_results_abort(&rf);
+    return st;
+  }
+  return ss_results_commit(ctx, &rf);
+}
+
+/* --- KlustaKwik files -------------------------------------------------------------------------- */
+
+static ss_status write_klustakwik(ss_ctx *ctx, const ss_sort_state *s) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t n = sp->n, P = sp->n_pcs, F = (int64_t)sp->n_channels * P;
+  char fet[2 * SS_SORT_PATH_MAX + 64], fmask[2 * SS_SORT_PATH_MAX + 64], clu[2 * SS_SORT_PATH_MAX + 64],
+      name[SS_SORT_PATH_MAX + 16];
+  snprintf(name, sizeof(name), "%s.fet.1", s->sum->base);
+  out_path(fet, sizeof(fet), s, name);
+  snprintf(name, sizeof(name), "%s.fmask.1", s->sum->base);
+  out_path(fmask, sizeof(fmask), s, name);
+  snprintf(name, sizeof(name), "%s.clu.1", s->sum->base);
+  out_path(clu, sizeof(clu), s, name);
+  ss_matrix fm = {n, F, sp->features}, mm = {n, F, NULL};
+  int32_t *kk = NULL;
+  SS_TRY(SS_ALLOC(ctx, mm.data, (size_t)(n > 0 ? n : 1) * F, "feature masks"));
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < F; j++) mm.data[i * F + j] = sp->masks[i * sp->n_channels + j / P];
+  ss_status st = ss_kk_write_features_threads(ctx, fet, fmask, &fm, &mm, s->sum->n_threads);
+  free(mm.data);
+  if (st == SS_OK) st = SS_ALLOC(ctx, kk, (size_t)(n > 0 ? n : 1), "KlustaKwik labels");
+  for (int64_t i = 0; st == SS_OK && i < n; i++) kk[i] = s->labels[i] + 1; /* 1 = noise */
+  if (st == SS_OK) st = ss_kk_write_clu(ctx, clu, n, kk);
+  free(kk);
+  return st;
+}
+
+/* --- phy folder -------------------------------------------------------------------------------- */
+
+/* Channels of each template by decreasing peak-to-peak (ties: lower channel), the first F. */
+static ss_status template_channels(ss_ctx *ctx, const ss_cluster_stats *c, int F, int32_t *ind) {
+  const int C = c->C, W = c->W;
+  double *ptp = NULL;
+  int32_t *order = NULL;
+  SS_TRY(SS_ALLOC(ctx, ptp, (size_t)C, "template channels"));
+  if (SS_ALLOC(ctx, order, (size_t)C, "template channels") != SS_OK) {
+    free(ptp);
+    return SS_ERR_NOMEM;
+  }
+  for (int64_t k = 0; k < c->k; k++) {
+    for (int ch = 0; ch < C; ch++) {
+      const float *w = c->wave + ((size_t)k * C + ch) * W;
+      double lo = w[0], hi = w[0];
+      for (int t = 1; t < W; t++) {
+        lo = w[t] < lo ? w[t] : lo;
+        hi = w[t] > hi ? w[t] : hi;
+      }
+      ptp[ch] = hi - lo;
+      int j = ch; /* insertion: stable, so equal values keep channel order */
+      while (j > 0 && ptp[order[j - 1]] < ptp[ch]) {
+        order[j] = order[j - 1];
+        j--;
+      }
+      order[j] = ch;
+    }
+    memcpy(ind + k * F, order, (size_t)F * sizeof(int32_t));
+  }
+  free(ptp);
+  free(order);
+  return SS_OK;
+}
+
+typedef struct {
+  float *amplitudes, *templates, *positions, *pc_features, *similar;
+  int32_t *channel_map, *pc_ind, *ids;
+  const char **groups;
+} phy_buffers;
+
+static void phy_buffers_free(phy_buffers *b) {
+  free(b->amplitudes);
+  free(b->templates);
+  free(b->positions);
+  free(b->pc_features);
+  free(b->similar);
+  free(b->channel_map);
+  free(b->pc_ind);
+  free(b->ids);
+  free(b->groups);
+}
+
+static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffers *b) {
+  const ss_spikes *sp = &s->spikes;
+  const ss_cluster_stats *c = &s->stats;
+  const int64_t N = sp->n, K = c->k;
+  const int C = c->C, W = c->W, P = c->P;
+  size_t n1 = (size_t)(N > 0 ? N : 1);
+  if (SS_ALLOC(ctx, b->amplitudes, n1, "phy amplitudes") || SS_ALLOC(ctx, b->templates, (size_t)K * W * C, "phy templates") ||
+      SS_ALLOC(ctx, b->positions, (size_t)C * 2, "phy positions") ||
+      SS_ALLOC(ctx, b->pc_features, n1 * P * F, "phy pc_features") || SS_ALLOC(ctx, b->similar, (size_t)K * K, "phy similar") ||
+      SS_ALLOC(ctx, b->channel_map, (size_t)C, "phy channel map") || SS_ALLOC(ctx, b->pc_ind, (size_t)K * F, "phy pc_feature_ind") ||
+      SS_ALLOC(ctx, b->ids, (size_t)K, "phy cluster ids") || SS_ALLOC(ctx, b->groups, (size_t)K, "phy cluster groups"))
+    return SS_ERR_NOMEM;
+  for (int64_t i = 0; i < N; i++) b->amplitudes[i] = fabsf(sp->amplitude[i]);
+  for (int64_t k = 0; k < K; k++)
+    for (int t = 0; t < W; t++)
+      for (int ch = 0; ch < C; ch++) b->templates[((size_t)k * W + t) * C + ch] = c->wave[((size_t)k * C + ch) * W + t];
+  for (int ch = 0; ch < C; ch++) {
+    int contact = ss_probe_contact_of_channel(s->probe, ch);
+    b->channel_map[ch] = ch;
+    b->positions[2 * ch] = (float)(contact >= 0 ? s->probe->x[contact] : 0);
+    b->positions[2 * ch + 1] = (float)(contact >= 0 ? s->probe->y[contact] : 0);
+  }
+  SS_TRY(template_channels(ctx, c, F, b->pc_ind));
+  for (int64_t i = 0; i < N; i++)
+    for (int p = 0; p < P; p++)
+      for (int j = 0; j < F; j++) {
+        int ch = b->pc_ind[(int64_t)s->labels[i] * F + j];
+        b->pc_features[((size_t)i * P + p) * F + j] = sp->features[(size_t)i * C * P + (size_t)ch * P + p];
+      }
+  for (int64_t a = 0; a < K; a++) {
+    b->ids[a] = (int32_t)a;
+    b->groups[a] = a == 0 ? "noise" : "unsorted";
+    for (int64_t q = 0; q < K; q++) {
+      int shared;
+      double r = a == q ? 1.0
+                        : ss_merge_waveform_corr(c->wave + (size_t)a * C * W, c->mean_mask + a * C,
+                                                 c->wave + (size_t)q * C * W, c->mean_mask + q * C, C, W, &shared);
+      b->similar[a * K + q] = isfinite(r) ? (float)r : 0.0f;
+    }
+  }
+  return SS_OK;
+}
+
+static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
+  char dir[SS_SORT_PATH_MAX + 64];
+  out_path(dir, sizeof(dir), s, "phy");
+  const int C = s->stats.C, F = C < SS_SORT_PHY_FEATURE_CHANNELS ? C : SS_SORT_PHY_FEATURE_CHANNELS;
+  phy_buffers b;
+  memset(&b, 0, sizeof(b));
+  ss_status st = phy_fill(ctx, s, F, &b);
+  ss_phy_folder ph = {.n_spikes = s->spikes.n,
+                      .n_templates = (int)s->stats.k,
+                      .n_wave = s->stats.W,
+                      .n_channels = C,
+                      .n_pcs = s->stats.P,
+                      .n_feat_channels = F,
+                      .spike_times = s->spikes.time_samples,
+                      .spike_clusters = s->labels,
+                      .spike_templates = s->labels,
+                      .amplitudes = b.amplitudes,
+                      .templates = b.templates,
+                      .channel_map = b.channel_map,
+                      .channel_positions = b.positions,
+                      .pc_features = b.pc_features,
+                      .pc_feature_ind = b.pc_ind,
+                      .similar_templates = b.similar,
+                      .cluster_ids = b.ids,
+                      .cluster_groups = b.groups,
+                      .n_groups = (int)s->stats.k,
+                      .n_channels_dat = s->info->n_channels,
+                      .dtype = "int16",
+                      .sample_rate = s->spikes.rate_hz,
+                      .hp_filtered = 0};
+  if (!ss_phy_raw_location(s->info, &s->o->spec, ph.dat_path, sizeof(ph.dat_path), &ph.offset)) {
+    ph.dat_path[0] = '\0';
+    ph.offset = 0;
+  }
+  if (st == SS_OK) st = ss_phy_write(ctx, dir, &ph);
+  phy_buffers_free(&b);
+  if (st == SS_OK && s->o->check_phy) st = ss_phy_check(ctx, dir);
+  return st;
+}
+
+/* --- the causal twin (model.h5 /live) ---------------------------------------------------------- */
+
+static ss_live_spike_times spike_times_of(const ss_spikes *sp) {
+  return (ss_live_spike_times){sp->n, sp->time_samples, sp->time_fraction, sp->peak_channel};
+}
+
+/* The causal front end's parameters: the twin's filter (a low order and corner keep the spike's
+ * trough when run causally, docs/live.md) and a strong threshold `factor` times the offline one. */
+static ss_params causal_params(const ss_params *p, double factor) {
+  ss_params c = *p;
+  c.filter.causal = 1;
+  c.filter.order = p->sort.live_filter_order;
+  c.filter.low_hz = p->sort.live_low_hz;
+  c.detect.strong_std = p->detect.strong_std * factor;
+  return c;
+}
+
+/* Pass 1 of the twin: causal candidates at the lowest strong threshold allowed; the offset and the
+ * calibrated factor from them (live_model.h). */
+static ss_status calibrate_live(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s,
+                                const ss_detect_graph *g, ss_live_spike_times ot, ss_spikes *cand,
+                                ss_frontend_model *cfe) {
+  const ss_params *p = &s->o->params;
+  const double min_factor = p->sort.live_min_factor;
+  if (!(p->detect.strong_std * min_factor > p->detect.weak_std))
+    return ss_fail(ctx, SS_ERR_INPUT, "sort.live_min_factor: %g x detect.strong_std %g: expected above detect.weak_std %g",
+                   min_factor, p->detect.strong_std, p->detect.weak_std);
+  ss_params cp = causal_params(p, min_factor);
+  SS_TRY(ss_frontend_run(ctx, be, &cp, src, s->probe, cand, cfe));
+  float *strength = NULL;
+  SS_TRY(SS_ALLOC(ctx, strength, (size_t)(cand->n > 0 ? cand->n : 1), "live calibration"));
+  for (int64_t i = 0; i < cand->n; i++) {
+    double unscaled = p->detect.strong_std * cfe->thresholds.sigma[cand->peak_channel[i]];
+    strength[i] = (float)(ss_detect_signal(cfe->thresholds.polarity, cand->amplitude[i]) / unscaled);
+  }
+  const ss_detect_config *cfg = &s->fe.detect;
+  ss_live_spike_times ct = spike_times_of(cand);
+  double offset;
+  ss_status st = ss_live_time_offset(ctx, &ct, &ot, g, cfg->n_before + cfg->n_after, &offset, NULL);
+  if (st == SS_OK)
+    st = ss_live_calibrate(ctx, &ct, strength, &ot, g, offset, cfg->join_size + SS_SORT_LIVE_MATCH_SLACK,
+                           p->sort.live_recall, min_factor, &s->live.calibration);
+  free(strength);
+  return st;
+}
+
+/* The offline spikes the twin is matched with: those of the first `limit` samples (0: all), less one
+ * waveform window and the join before its end (their causal partners may lie past it). The table is
+ * sorted by time (drivers/frontend.h). */
+static ss_live_spike_times offline_in_window(const ss_sort_state *s, int64_t limit) {
+  ss_live_spike_times t = spike_times_of(&s->spikes);
+  if (limit <= 0) return t;
+  const ss_detect_config *cfg = &s->fe.detect;
+  const int64_t end = limit - (cfg->n_before + cfg->n_after + cfg->join_size);
+  int64_t lo = 0, hi = t.n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (t.time_samples[mid] < end) lo = mid + 1;
+    else hi = mid;
+  }
+  t.n = lo;
+  return t;
+}
+
+static ss_status fit_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  const double twin_s = s->o->params.sort.live_twin_seconds;
+  const int64_t limit = twin_s > 0 ? (int64_t)llround(twin_s * ss_source_get_info(src)->rate_hz) : 0;
+  const ss_live_spike_times ot = offline_in_window(s, limit);
+  ss_detect_graph g;
+  SS_TRY(ss_detect_graph_from_probe(ctx, s->probe, s->spikes.n_channels, &g));
+  ss_spikes cs;
+  memset(&cs, 0, sizeof(cs));
+  ss_status st = ss_source_limit(ctx, src, limit);
+  if (st == SS_OK) st = calibrate_live(ctx, be, src, s, &g, ot, &cs, &s->live_fe);
+  const ss_live_calibration cal = s->live.calibration; /* ss_live_twin_build clears s->live */
+  /* pass 2 at the chosen factor (pass 1 is the twin when the factor is its own) */
+  if (st == SS_OK && cal.factor != s->o->params.sort.live_min_factor) {
+    ss_spikes_free(&cs);
+    ss_frontend_model_free(&s->live_fe);
+    ss_params cp = causal_params(&s->o->params, cal.factor);
+    st = ss_frontend_run(ctx, be, &cp, src, s->probe, &cs, &s->live_fe);
+  }
+  /* the prototypes' k-means on one CPU thread: small, and the same on every backend */
+  ss_backend cpu;
+  if (st == SS_OK) st = ss_backend_open(ctx, SS_DEVICE_CPU, 0, 1, &cpu);
+  const int cpu_open = st == SS_OK;
+  if (st == SS_OK) {
+    const ss_detect_config *cfg = &s->fe.detect;
+    ss_live_twin_input in = {.offline = ot,
+                             .offline_labels = s->labels,
+                             .causal = spike_times_of(&cs),
+                             .causal_features = cs.features,
+                             .causal_masks = cs.masks,
+                             .n_channels = cs.n_channels,
+                             .n_pcs = cs.n_pcs,
+                             .graph = &g,
+                             .max_lag = cfg->n_before + cfg->n_after,
+                             .tolerance = cfg->join_size + SS_SORT_LIVE_MATCH_SLACK,
+                             .ref_cap = SS_SORT_MODEL_KNN_MAX,
+                             .max_prototypes = s->o->params.sort.live_prototypes,
+                             .be = &cpu,
+                             .seed = (uint64_t)s->o->params.seed};
+    st = ss_live_twin_build(ctx, &in, &s->live);
+    s->live.calibration = cal;
+  }
+  if (cpu_open) ss_backend_close(&cpu);
+  ss_status rs = ss_source_limit(ctx, src, 0); /* the whole recording again */
+  if (st == SS_OK) st = rs;
+  ss_detect_graph_free(&g);
+  ss_spikes_free(&cs);
+  return st;
+}
+
+void ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  const double twin_s = s->o->params.sort.live_twin_seconds, dur = ss_source_get_info(src)->duration_s;
+  if (twin_s > 0 && twin_s < dur)
+    ss_log_info(ctx, "sort: live twin: the front end again with the causal filter over the first %g of %g s "
+                "(sort.live_twin_seconds), calibrating its threshold (sort.live_model)", twin_s, dur);
+  else
+    ss_log_info(ctx, "sort: live twin: the front end again with the causal filter, calibrating its threshold (sort.live_model)");
+  ss_ctx tctx = *ctx; /* a failure here is a warning, not the sort's error */
+  ss_ctx_clear(&tctx);
+  if (fit_live_twin(&tctx, be, src, s) != SS_OK) {
+    ss_log_warn(ctx, "sort: live twin failed, model.h5 is written without /live (live mode will refuse it): %s",
+                ss_error_message(&tctx));
+    ss_frontend_model_free(&s->live_fe);
+    ss_live_twin_free(&s->live);
+    return;
+  }
+  const ss_live_twin *t = &s->live;
+  const ss_filter *f = &s->live_fe.filter;
+  ss_log_info(ctx, "live twin: causal filter order %d, %g-%g Hz; strong threshold x%.3f: %.1f %% of the offline spikes "
+              "have a causal partner (%.1f %% at x1)", f->order, f->low_hz, f->high_hz, t->calibration.factor,
+              100.0 * t->calibration.achieved, 100.0 * t->calibration.at_one);
+  ss_log_info(ctx, "live twin: %" PRId64 " causal spikes, %" PRId64 " matched to units (%.1f %%), offset %.2f samples; "
+              "%" PRId64 " centroids for %" PRId64 " units",
+              t->n_causal, t->n_matched, t->n_causal > 0 ? 100.0 * (double)t->n_matched / (double)t->n_causal : 0.0,
+              t->offset, t->k, t->n_units);
+  s->has_live = 1;
+}
+
+/* --- model.h5 ---------------------------------------------------------------------------------- */
+
+typedef struct {
+  double *sos, *live_sos, *x, *y;
+  int32_t *adj, *conn;
+  float *ref_feat, *ref_mask;
+  int32_t *ref_lab, *ids;
+  int64_t *ref_t;
+} model_buffers;
+
+static void model_buffers_free(model_buffers *b) {
+  free(b->sos);
+  free(b->live_sos);
+  free(b->x);
+  free(b->y);
+  free(b->adj);
+  free(b->conn);
+  free(b->ref_feat);
+  free(b->ref_mask);
+  free(b->ref_lab);
+  free(b->ids);
+  free(b->ref_t);
+}
+
+static ss_status model_probe(ss_ctx *ctx, const ss_probe *pr, int C, model_buffers *b, int64_t *n_edges) {
+  SS_TRY(SS_CALLOC(ctx, b->x, (size_t)C, "model probe"));
+  SS_TRY(SS_CALLOC(ctx, b->y, (size_t)C, "model probe"));
+  SS_TRY(SS_CALLOC(ctx, b->conn, (size_t)C, "model probe"));
+  SS_TRY(SS_ALLOC(ctx, b->adj, (size_t)(pr->adj_start[pr->n] > 0 ? pr->adj_start[pr->n] : 1) * 2, "model adjacency"));
+  int64_t e = 0;
+  for (int i = 0; i < pr->n; i++) {
+    if (pr->channel[i] < 0 || pr->channel[i] >= C) continue;
+    b->x[pr->channel[i]] = pr->x[i];
+    b->y[pr->channel[i]] = pr->y[i];
+    b->conn[pr->channel[i]] = pr->connected[i] != 0;
+    for (int q = pr->adj_start[i]; q < pr->adj_start[i + 1]; q++) {
+      int a = pr->channel[i], c = pr->channel[pr->adj[q]];
+      if (c < 0 || a >= c) continue; /* each edge once, a < b */
+      b->adj[2 * e] = a;
+      b->adj[2 * e + 1] = c;
+      e++;
+    }
+  }
+  *n_edges = e;
+  return SS_OK;
+}
+
+static ss_status model_reference(ss_ctx *ctx, const ss_sort_state *s, model_buffers *b, int64_t *m, int64_t *stride) {
+  const ss_spikes *sp = &s->spikes;
+  const int64_t C = sp->n_channels, D = C * sp->n_pcs;
+  *stride = (sp->n + SS_SORT_MODEL_KNN_MAX - 1) / SS_SORT_MODEL_KNN_MAX;
+  if (*stride < 1) *stride = 1;
+  *m = (sp->n + *stride - 1) / *stride;
+  size_t mm = (size_t)(*m > 0 ? *m : 1);
+  SS_TRY(SS_ALLOC(ctx, b->ref_feat, mm * D, "model reference set"));
+  SS_TRY(SS_ALLOC(ctx, b->ref_mask, mm * C, "model reference set"));
+  SS_TRY(SS_ALLOC(ctx, b->ref_lab, mm, "model reference set"));
+  SS_TRY(SS_ALLOC(ctx, b->ref_t, mm, "model reference set"));
+  for (int64_t j = 0; j < *m; j++) {
+    int64_t i = j * *stride;
+    memcpy(b->ref_feat + j * D, sp->features + i * D, (size_t)D * sizeof(float));
+    memcpy(b->ref_mask + j * C, sp->masks + i * C, (size_t)C * sizeof(float));
+    b->ref_lab[j] = s->labels[i];
+    b->ref_t[j] = sp->time_samples[i];
+  }
+  return SS_OK;
+}
+
+/* A filter's sections as model.h5 rows: b0 b1 b2 1 a1 a2. */
+static ss_status sos_rows(ss_ctx *ctx, const ss_filter *f, double **out) {
+  SS_TRY(SS_ALLOC(ctx, *out, (size_t)f->n_sections * 6, "model filter"));
+  for (int q = 0; q < f->n_sections; q++) {
+    const ss_biquad *bq = &f->sos[q];
+    double row[6] = {bq->b0, bq->b1, bq->b2, 1.0, bq->a1, bq->a2};
+    memcpy(*out + 6 * q, row, sizeof(row));
+  }
+  return SS_OK;
+}
+
+static ss_status write_model(ss_ctx *ctx, const ss_sort_state *s) {
+  char path[SS_SORT_PATH_MAX + 64];
+  out_path(path, sizeof(path), s, "model.h5");
+  const ss_frontend_model *fe = &s->fe;
+  const ss_cluster_stats *c = &s->stats;
+  model_buffers b;
+  memset(&b, 0, sizeof(b));
+  int64_t n_edges = 0, m = 0, stride = 1;
+  ss_status st = sos_rows(ctx, &fe->filter, &b.sos);
+  if (st == SS_OK && s->has_live) st = sos_rows(ctx, &s->live_fe.filter, &b.live_sos);
+  if (st == SS_OK) st = model_probe(ctx, s->probe, c->C, &b, &n_edges);
+  if (st == SS_OK) st = model_reference(ctx, s, &b, &m, &stride);
+  if (st == SS_OK) st = SS_ALLOC(ctx, b.ids, (size_t)c->k, "model cluster ids");
+  for (int64_t k = 0; st == SS_OK && k < c->k; k++) b.ids[k] = (int32_t)k;
+  char *json = st == SS_OK ? ss_params_to_json(&s->o->params) : NULL;
+  if (st == SS_OK && !json) st = ss_fail(ctx, SS_ERR_NOMEM, "out of memory: parameter JSON");
+  ss_model_file mf = {.sample_rate = s->spikes.rate_hz,
+                      .n_channels = c->C,
+                      .n_pcs = c->P,
+                      .n_wave = c->W,
+                      .n_before = fe->detect.n_before,
+                      .n_after = fe->detect.n_after,
+                      .polarity = fe->thresholds.polarity,
+                      .join_size = fe->detect.join_size,
+                      .input_path = s->info->path,
+                      .input_crc32 = s->crc,
+                      .n_sections = fe->filter.n_sections,
+                      .filter_order = fe->filter.order,
+                      .sos = b.sos,
+                      .low_hz = fe->filter.low_hz,
+                      .high_hz = fe->filter.high_hz,
+                      .sigma = fe->thresholds.sigma,
+                      .weak = fe->thresholds.weak,
+                      .strong = fe->thresholds.strong,
+                      .x_um = b.x,
+                      .y_um = b.y,
+                      .adjacency = b.adj,
+                      .n_edges = n_edges,
+                      .connected = b.conn,
+                      .uv_per_step = s->info->uv_per_step,
+                      .offset_uv = s->info->offset_uv,
+                      .pca_basis = fe->pca.basis,
+                      .pca_eigenvalues = fe->pca.eigenvalues,
+                      .k = c->k,
+                      .cluster_id = b.ids,
+                      .cluster_count = c->count,
+                      .centroid = c->centroid,
+                      .variance = c->variance,
+                      .mean_mask = c->mean_mask,
+                      .mean_waveform = c->wave,
+                      .n_ref = m,
+                      .ref_stride = stride,
+                      .ref_features = b.ref_feat,
+                      .ref_masks = b.ref_mask,
+                      .ref_labels = b.ref_lab,
+                      .ref_times = b.ref_t,
+                      .params_json = json};
+  const ss_live_twin *t = &s->live;
+  ss_model_live live = {.sigma = s->live_fe.thresholds.sigma,
+                        .weak = s->live_fe.thresholds.weak,
+                        .strong = s->live_fe.thresholds.strong,
+                        .pca_basis = s->live_fe.pca.basis,
+                        .pca_eigenvalues = s->live_fe.pca.eigenvalues,
+                        .k = t->k,
+                        .unit_id = t->unit_id,
+                        .centroid = t->centroid,
+                        .mean_mask = t->mean_mask,
+                        .n_ref = t->n_ref,
+                        .ref_stride = t->ref_stride,
+                        .ref_features = t->ref_features,
+                        .ref_masks = t->ref_masks,
+                        .ref_labels = t->ref_labels,
+                        .ref_times = t->ref_times,
+                        .time_offset_samples = t->offset,
+                        .n_matched = t->n_matched,
+                        .n_causal = t->n_causal,
+                        .filter_sections = s->live_fe.filter.n_sections,
+                        .filter_order = s->live_fe.filter.order,
+                        .filter_sos = b.live_sos,
+                        .filter_low_hz = s->live_fe.filter.low_hz,
+                        .filter_high_hz = s->live_fe.filter.high_hz,
+                        .threshold_factor = t->calibration.factor,
+                        .partner_fraction = t->calibration.achieved,
+                        .partner_fraction_at_one = t->calibration.at_one};
+  if (s->has_live) mf.live = &live;
+  if (st == SS_OK) st = ss_model_write(ctx, path, &mf);
+  free(json);
+  model_buffers_free(&b);
+  return st;
+}
+
+ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
+  static const struct {
+    const char *name;
+    ss_status (*write)(ss_ctx *, const ss_sort_state *);
+  } outputs[] = {{"results.h5", write_results}, {"phy folder", write_phy}, {"KlustaKwik files", write_klustakwik},
+                 {"model.h5", write_model}};
+  SS_TRY(ss_make_dir(ctx, s->o->out_dir));
+  for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
+    double t0 = ss_now();
+    SS_TRY(outputs[i].write(ctx, s));
+    ss_log_info(ctx, "sort: wrote the %s in %.2f s", outputs[i].name, ss_now() - t0);
+  }
+  return SS_OK;
+}
