@@ -1,6 +1,7 @@
 /* sort.c — the offline pipeline driver (sort.h): backend and probe resolution, the input checksum
- * (in a thread, alongside the front end), front end, masked EM, merge, per-cluster statistics, and
- * the stage timings and summary. The outputs are written by sort_outputs.c. */
+ * (in a thread, alongside the front end), then front end, masked EM, merge and cleanup, per-cluster
+ * statistics, the causal twin (sort_live_twin.c) and the outputs (sort_write.c), with the stage
+ * timings and summary. */
 #include "io/atomic_file.h"
 #include "drivers/sort.h"
 
@@ -131,22 +132,8 @@ static ss_status fit_subset(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s,
   return SS_OK;
 }
 
-/* The label most of a spike's k neighbours carry; a tie goes to the label met first (nearest). */
-static int32_t vote(const int64_t *nb, int64_t k, const int32_t *ref_labels) {
-  int32_t best = ref_labels[nb[0]];
-  int64_t best_count = 0;
-  for (int64_t a = 0; a < k; a++) {
-    int64_t count = 0;
-    for (int64_t b = 0; b < k; b++) count += ref_labels[nb[b]] == ref_labels[nb[a]];
-    if (count > best_count) {
-      best_count = count;
-      best = ref_labels[nb[a]];
-    }
-  }
-  return best;
-}
-
-/* Label the spikes left out of masked EM (in[k] == 0) by a vote of their nearest subset spikes. */
+/* Label the spikes left out of masked EM (in[k] == 0) by the majority label of their nearest subset
+ * spikes (ss_knn_classify: a tie goes to the label whose nearest member comes first). */
 static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_state *s, const float *ref,
                              const int32_t *ref_labels, int64_t m, const uint8_t *in, int32_t *labels) {
   const ss_spikes *sp = &s->spikes;
@@ -155,34 +142,45 @@ static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_st
   ss_knn_opts o;
   ss_knn_opts_from_params(&o, &s->o->params);
   o.k = s->o->params.sort.assign_k < m ? s->o->params.sort.assign_k : m;
-  int64_t *rows = NULL, *nb = NULL;
+  int64_t *rows = NULL;
   float *xq = NULL;
-  double *dist = NULL;
+  int32_t *lq = NULL;
   ss_knn_index *ix = NULL;
   ss_status st = SS_ALLOC(ctx, rows, (size_t)q, "assigned spikes");
   if (st == SS_OK) st = SS_ALLOC(ctx, xq, (size_t)q * D, "assigned spikes");
-  if (st == SS_OK) st = SS_ALLOC(ctx, nb, (size_t)q * o.k, "neighbours");
-  if (st == SS_OK) st = SS_ALLOC(ctx, dist, (size_t)q * o.k, "neighbours");
+  if (st == SS_OK) st = SS_ALLOC(ctx, lq, (size_t)q, "assigned labels");
   for (int64_t i = 0, j = 0; st == SS_OK && i < n; i++)
     if (!in[i]) {
       rows[j] = i;
       memcpy(xq + j++ * D, sp->features + i * D, (size_t)D * sizeof(float));
     }
-  ss_knn_stats stats;
   if (st == SS_OK) st = ss_knn_index_create(ctx, be, ref, m, D, &ix);
-  if (st == SS_OK) st = ss_knn_search(ctx, ix, &o, xq, q, nb, dist, &stats);
-  for (int64_t j = 0; st == SS_OK && j < q; j++) labels[rows[j]] = vote(nb + j * o.k, o.k, ref_labels);
+  if (st == SS_OK) st = ss_knn_classify(ctx, ix, ref_labels, &o, xq, q, 0, lq, NULL, NULL, NULL);
+  for (int64_t j = 0; st == SS_OK && j < q; j++) labels[rows[j]] = lq[j];
   if (ix) ss_knn_index_free(ix);
   free(rows);
   free(xq);
-  free(nb);
-  free(dist);
+  free(lq);
   return st;
 }
 
+static ss_status run_frontend(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  if (be->kind == SS_DEVICE_CUDA)
+    ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features",
+                be->gpu.name, be->n_threads);
+  else
+    ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
+  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  s->sum->n_spikes = s->spikes.n;
+  return SS_OK;
+}
+
+/* Masked EM on a subset of the spikes, the others labelled by their nearest subset spikes. */
 static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s) {
   const ss_spikes *sp = &s->spikes;
   const int64_t n = sp->n;
+  ss_log_info(ctx, "sort: [2/4] masked EM on %s: %" PRId64 " spikes x %d features", s->device, n,
+              sp->n_channels * sp->n_pcs);
   if (n == 0)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: no spikes detected (detect.strong_std = %g): nothing to sort", s->info->path,
                    s->o->params.detect.strong_std);
@@ -221,11 +219,25 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
   return st;
 }
 
+/* Per-cluster statistics of the current labels (k clusters). */
+static ss_status cluster_stats(ss_ctx *ctx, const ss_sort_state *s, int64_t k, ss_cluster_stats *out) {
+  const ss_spikes *sp = &s->spikes;
+  const ss_cluster_spikes cs = {.n = sp->n,
+                                .n_channels = sp->n_channels,
+                                .n_pcs = sp->n_pcs,
+                                .rate_hz = sp->rate_hz,
+                                .time_samples = sp->time_samples,
+                                .amplitude = sp->amplitude,
+                                .features = sp->features,
+                                .masks = sp->masks};
+  return ss_cluster_stats_compute(ctx, &cs, &s->fe.pca, s->labels, k, s->o->params.merge.refractory_ms, out);
+}
+
 /* One merge pass over labels (k clusters, mapped in place): the clusters' mean waveforms, then the
- * merge (merge.h). */
+ * merge (cleanup.h). */
 static ss_status merge_pass(ss_ctx *ctx, ss_sort_state *s, int64_t *k, const int32_t *origin, ss_merge_result *r) {
   ss_cluster_stats st_k;
-  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, *k, s->o->params.merge.refractory_ms, &st_k));
+  SS_TRY(cluster_stats(ctx, s, *k, &st_k));
   ss_merge_input in = {.n = s->spikes.n,
                        .times = s->spikes.time_samples,
                        .labels = s->labels,
@@ -244,11 +256,12 @@ static ss_status merge_pass(ss_ctx *ctx, ss_sort_state *s, int64_t *k, const int
   return SS_OK;
 }
 
-/* Merge, clean up (merge.h: the merge only joins; the cleanup removes what masked EM put in the wrong
+/* Merge, clean up (cleanup.h: the merge only joins; the cleanup removes what masked EM put in the wrong
  * cluster), and merge again: cleaned clusters have truer mean waveforms, and pieces the cleanup split
  * apart (same origin) are never joined back. results.h5's merge log holds the first pass. */
 static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
   const int64_t n = s->spikes.n;
+  ss_log_info(ctx, "sort: [3/4] merge of over-split units (%" PRId64 " clusters, noise included)", s->k_raw);
   SS_TRY(SS_ALLOC(ctx, s->labels, (size_t)n, "final labels"));
   memcpy(s->labels, s->labels_raw, (size_t)n * sizeof(int32_t));
   s->k = s->k_raw;
@@ -277,33 +290,22 @@ static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
   return SS_OK;
 }
 
+/* Front end, masked EM, merge and cleanup, the final clusters' statistics, and the causal twin. */
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
   double t0 = ss_now();
-  if (be->kind == SS_DEVICE_CUDA)
-    ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features",
-                be->gpu.name, be->n_threads);
-  else
-    ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
-  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  SS_TRY(run_frontend(ctx, be, src, s));
   double t1 = ss_now();
-  sum->t_frontend_s = t1 - t0;
-  sum->n_spikes = s->spikes.n;
-  ss_log_info(ctx, "sort: [2/4] masked EM on %s: %" PRId64 " spikes x %d features", s->device, s->spikes.n,
-              s->spikes.n_channels * s->spikes.n_pcs);
   SS_TRY(run_mask_em(ctx, be, s));
   double t2 = ss_now();
-  sum->t_cluster_s = t2 - t1;
-  ss_log_info(ctx, "sort: [3/4] merge of over-split units (%" PRId64 " clusters, noise included)", s->k_raw);
   SS_TRY(run_merge(ctx, s));
-  SS_TRY(ss_cluster_stats_compute(ctx, &s->spikes, &s->fe.pca, s->labels, s->k, s->o->params.merge.refractory_ms,
-                                  &s->stats));
-  sum->t_merge_s = ss_now() - t2;
-  if (s->o->params.sort.live_model) {
-    double t3 = ss_now();
-    ss_sort_live_twin(ctx, be, src, s); /* a front-end pass: counted with the front end */
-    sum->t_frontend_s += ss_now() - t3;
-  }
+  SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));
+  double t3 = ss_now();
+  if (s->o->params.sort.live_model) ss_sort_live_twin(ctx, be, src, s);
+  double t4 = ss_now();
+  sum->t_frontend_s = (t1 - t0) + (t4 - t3); /* the twin is a front-end pass */
+  sum->t_cluster_s = t2 - t1;
+  sum->t_merge_s = t3 - t2;
   sum->n_clusters_raw = s->k_raw;
   sum->n_clusters = s->k;
   sum->n_merges = s->merged ? s->merge.n_merges + s->n_merges_after_cleanup : 0;

@@ -1,5 +1,6 @@
-/* sort_internal.h — what the sort driver (sort.c) shares with its output writer (sort_outputs.c):
- * the run's state and the per-cluster statistics. Not a public interface. */
+/* sort_internal.h — what the parts of the sort driver share: the run's state, filled by the pipeline
+ * (sort.c) and the causal twin's fit (sort_live_twin.c), and read by the writers (sort_write.c). Not
+ * a public interface. */
 #ifndef SS_SORT_INTERNAL_H
 #define SS_SORT_INTERNAL_H
 
@@ -8,26 +9,13 @@
 #include "params/probe.h"
 #include "drivers/frontend.h"
 #include "stages/live/live_model.h"
-#include "stages/cleanup/merge.h"
+#include "stages/cleanup/cleanup.h"
+#include "stages/metrics/cluster_metrics.h"
 #include "drivers/sort.h"
 
-/* Per-cluster statistics over labels 0..k−1 (sequential sums: deterministic). */
-typedef struct {
-  int64_t k;
-  int C, P, W;
-  int64_t *count;
-  float *centroid;      /* [k × C·P] mean feature vector */
-  float *variance;      /* [k × C·P] per-feature variance */
-  float *mean_mask;     /* [k × C] */
-  float *wave;          /* [k × C × W] mean waveform rebuilt from the PCA features (sort.h) */
-  float *amp_mean, *amp_sd; /* [k] of the signed peak amplitude */
-  int32_t *peak_channel;    /* [k] channel of the largest peak-to-peak of the mean waveform */
-  double *viol_fraction;    /* [k] inter-spike intervals shorter than merge.refractory_ms / spikes */
-} ss_cluster_stats;
-
-ss_status ss_cluster_stats_compute(ss_ctx *ctx, const ss_spikes *s, const ss_pca *pca, const int32_t *labels,
-                                   int64_t k, double refractory_ms, ss_cluster_stats *out);
-void ss_cluster_stats_free(ss_cluster_stats *st);
+/* model.h5's KNN reference sets (/knn and the twin's /live) hold at most this many spikes (every
+ * stride-th beyond). */
+#define SS_SORT_MODEL_KNN_MAX 200000
 
 typedef struct {
   const ss_sort_opts *o;

@@ -10,7 +10,7 @@
 
 #include "params/params.h"
 #include "core/rng.h"
-#include "stages/cleanup/merge.h"
+#include "stages/cleanup/cleanup.h"
 #include "ss_test.h"
 
 #define C 4

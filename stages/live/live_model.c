@@ -1,16 +1,15 @@
 /* live_model.c — the causal twin of a model (live_model.h): the builder `sort` uses (time offset,
- * label matching, per-unit centroids, reference set) and the loader of model.h5's /live group with
- * the root's filter, probe and scale, validating every field it reads. */
+ * label matching, per-unit centroids, reference set) and the loader, which turns what io/model_h5.c
+ * reads from model.h5 (/live, the root's probe and scale) into an ss_live_model. */
 #include "stages/live/live_model.h"
 
-#include <hdf5.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/h5_util.h"
+#include "io/model_h5.h"
 #include "stages/kmeans/kmeans.h"
 
 /* --- matching ---------------------------------------------------------------------------------- */
@@ -361,211 +360,8 @@ ss_status ss_live_twin_build(ss_ctx *ctx, const ss_live_twin_input *in, ss_live_
 
 /* --- the loader -------------------------------------------------------------------------------- */
 
-/* Limits the loader accepts (beyond them a file is taken as corrupt). */
-#define SS_LIVE_MAX_CHANNELS 100000
-#define SS_LIVE_MAX_PCS 16
-#define SS_LIVE_MAX_WAVE 100000
-#define SS_LIVE_MAX_JOIN 1000
-#define SS_LIVE_SOS_COLS 6
-#define SS_LIVE_MAX_RANK 3
-#define SS_LIVE_FREE_DIM (-1) /* a dimension the file decides (units, reference spikes, edges) */
-
-typedef struct {
-  ss_ctx *ctx;
-  hid_t f;
-  const char *file;
-} reader;
-
-typedef struct {
-  H5T_class_t cls;   /* the file's type must be of this class and size */
-  size_t size;
-  const char *name;
-} elem_type;
-
-static const elem_type T_F32 = {H5T_FLOAT, 4, "float32"}, T_F64 = {H5T_FLOAT, 8, "float64"},
-                       T_I32 = {H5T_INTEGER, 4, "int32"}, T_I64 = {H5T_INTEGER, 8, "int64"};
-
-static hid_t mem_type(const elem_type *t) {
-  if (t->cls == H5T_FLOAT) return t->size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-  return t->size == 4 ? H5T_NATIVE_INT32 : H5T_NATIVE_INT64;
-}
-
-/* "[3 × K]" from dims (free dims named by `free_name`). */
-static void dims_text(char *buf, size_t len, int rank, const int64_t *dims, const char *free_name) {
-  size_t at = (size_t)snprintf(buf, len, "[");
-  for (int i = 0; i < rank && at < len; i++) {
-    const char *sep = i ? " × " : "";
-    if (dims[i] == SS_LIVE_FREE_DIM)
-      at += (size_t)snprintf(buf + at, len - at, "%s%s", sep, free_name);
-    else
-      at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, sep, dims[i]);
-  }
-  if (at < len) snprintf(buf + at, len - at, "]");
-}
-
-/* Read dataset `path` of the expected type and shape (free dims take the file's size and are written
- * back into want); *out is malloc'd (at least one element). */
-static ss_status read_array(reader *r, const char *path, const elem_type *t, int rank, int64_t *want,
-                            const char *free_name, void **out) {
-  *out = NULL;
-  if (!ss_h5_is_dataset(r->f, path)) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: missing", r->file, path);
-  hid_t d = H5Dopen2(r->f, path, H5P_DEFAULT), ft = H5Dget_type(d);
-  int64_t dims[8] = {0};
-  int got_rank = ss_h5_shape(d, dims);
-  char tn[32];
-  ss_h5_type_name(ft, tn, sizeof(tn));
-  int ok = H5Tget_class(ft) == t->cls && H5Tget_size(ft) == t->size && got_rank == rank &&
-           (t->cls != H5T_INTEGER || H5Tget_sign(ft) == H5T_SGN_2);
-  for (int i = 0; ok && i < rank; i++) ok = want[i] == SS_LIVE_FREE_DIM || want[i] == dims[i];
-  H5Tclose(ft);
-  if (!ok) {
-    char we[128], ge[128];
-    dims_text(we, sizeof(we), rank, want, free_name);
-    dims_text(ge, sizeof(ge), got_rank > 0 ? got_rank : 0, dims, "?");
-    H5Dclose(d);
-    return ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: expected %s %s, got %s %s", r->file, path, we, t->name, ge, tn);
-  }
-  int64_t count = 1;
-  for (int i = 0; i < rank; i++) count *= (want[i] = dims[i]);
-  ss_status st = ss_alloc(r->ctx, out, (size_t)(count > 0 ? count : 1), t->size, path);
-  if (st == SS_OK && count > 0 && H5Dread(d, mem_type(t), H5S_ALL, H5S_ALL, H5P_DEFAULT, *out) < 0)
-    st = ss_fail(r->ctx, SS_ERR_IO, "%s: %s: cannot read the dataset", r->file, path);
-  H5Dclose(d);
-  if (st != SS_OK) {
-    free(*out);
-    *out = NULL;
-  }
-  return st;
-}
-
-/* Element i of an array of `rank` dims as "[a, b, c]". */
-static void index_text(char *buf, size_t len, int64_t i, int rank, const int64_t *dims) {
-  int64_t idx[SS_LIVE_MAX_RANK] = {0};
-  for (int k = rank - 1; k >= 0; k--) {
-    idx[k] = dims[k] > 0 ? i % dims[k] : 0;
-    i = dims[k] > 0 ? i / dims[k] : 0;
-  }
-  size_t at = (size_t)snprintf(buf, len, "[");
-  for (int k = 0; k < rank && at < len; k++) at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, k ? ", " : "", idx[k]);
-  if (at < len) snprintf(buf + at, len - at, "]");
-}
-
-static int64_t count_of(int rank, const int64_t *dims) {
-  int64_t n = 1;
-  for (int k = 0; k < rank; k++) n *= dims[k];
-  return n;
-}
-
-/* Every value within [lo, hi] (NaN never; ±inf only when allow_inf and the bound admits it). */
-static ss_status check_range(reader *r, const char *path, const double *v64, const float *v32, int rank,
-                             const int64_t *dims, double lo, double hi, int allow_inf, const char *what) {
-  int64_t n = count_of(rank, dims);
-  for (int64_t i = 0; i < n; i++) {
-    double x = v64 ? v64[i] : (double)v32[i];
-    if ((!isnan(x) && (allow_inf || isfinite(x)) && x >= lo && x <= hi)) continue;
-    char at[96];
-    index_text(at, sizeof(at), i, rank, dims);
-    return ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: expected %s, got %g at %s", r->file, path, what, x, at);
-  }
-  return SS_OK;
-}
-
-static ss_status read_f32(reader *r, const char *path, int rank, int64_t *dims, const char *free_name, double lo,
-                          double hi, int allow_inf, const char *what, float **out) {
-  SS_TRY(read_array(r, path, &T_F32, rank, dims, free_name, (void **)out));
-  ss_status st = check_range(r, path, NULL, *out, rank, dims, lo, hi, allow_inf, what);
-  if (st != SS_OK) {
-    free(*out);
-    *out = NULL;
-  }
-  return st;
-}
-
-static ss_status read_f64(reader *r, const char *path, int rank, int64_t *dims, double lo, double hi, const char *what,
-                          double **out) {
-  SS_TRY(read_array(r, path, &T_F64, rank, dims, "n", (void **)out));
-  ss_status st = check_range(r, path, *out, NULL, rank, dims, lo, hi, 0, what);
-  if (st != SS_OK) {
-    free(*out);
-    *out = NULL;
-  }
-  return st;
-}
-
-/* A numeric attribute of `obj_path` ("/" for the root) that must be finite and in [lo, hi]
- * (integral when `integral`). */
-static ss_status read_attr(reader *r, const char *obj_path, const char *name, double lo, double hi, int integral,
-                           double *out) {
-  hid_t o = H5Oopen(r->f, obj_path, H5P_DEFAULT);
-  int ok = o >= 0 && ss_h5_read_attr_f64(o, name, out);
-  if (o >= 0) H5Oclose(o);
-  const char *sep = strcmp(obj_path, "/") ? "/" : "";
-  if (!ok) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute %s%s%s: missing or not a number", r->file, obj_path, sep, name);
-  if (!isfinite(*out) || *out < lo || *out > hi || (integral && *out != floor(*out)))
-    return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute %s%s%s: expected %s in [%g, %g], got %g", r->file, obj_path,
-                   sep, name, integral ? "an integer" : "a number", lo, hi, *out);
-  return SS_OK;
-}
-
-static ss_status read_int_attr(reader *r, const char *obj_path, const char *name, double lo, double hi, int *out) {
-  double v;
-  SS_TRY(read_attr(r, obj_path, name, lo, hi, 1, &v));
-  *out = (int)v;
-  return SS_OK;
-}
-
-static ss_status load_root(reader *r, ss_live_model *m) {
-  SS_TRY(read_attr(r, "/", "sample_rate", 0, INFINITY, 0, &m->rate_hz));
-  if (!(m->rate_hz > 0)) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute sample_rate: expected > 0, got %g", r->file, m->rate_hz);
-  SS_TRY(read_int_attr(r, "/", "n_channels", 1, SS_LIVE_MAX_CHANNELS, &m->n_channels));
-  SS_TRY(read_int_attr(r, "/", "n_pcs", 1, SS_LIVE_MAX_PCS, &m->n_pcs));
-  SS_TRY(read_int_attr(r, "/", "n_before", 0, SS_LIVE_MAX_WAVE, &m->n_before));
-  SS_TRY(read_int_attr(r, "/", "n_after", 0, SS_LIVE_MAX_WAVE, &m->n_after));
-  SS_TRY(read_int_attr(r, "/", "n_wave", 1, 2.0 * SS_LIVE_MAX_WAVE, &m->n_wave));
-  if (m->n_wave != m->n_before + m->n_after)
-    return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute n_wave: expected n_before + n_after = %d, got %d", r->file,
-                   m->n_before + m->n_after, m->n_wave);
-  SS_TRY(read_int_attr(r, "/", "polarity", SS_POLARITY_NEGATIVE, SS_POLARITY_BOTH, &m->polarity));
-  SS_TRY(read_int_attr(r, "/", "join_size", 0, SS_LIVE_MAX_JOIN, &m->join_size));
-  int64_t dims[1] = {m->n_channels};
-  SS_TRY(read_f64(r, "/uv_per_step", 1, dims, -INFINITY, INFINITY, "finite values", &m->uv_per_step));
-  for (int c = 0; c < m->n_channels; c++)
-    if (m->uv_per_step[c] == 0)
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /uv_per_step: expected a non-zero scale, got 0 at [%d]", r->file, c);
-  return read_attr(r, "/", "offset_uv", -INFINITY, INFINITY, 0, &m->offset_uv);
-}
-
-/* The causal filter: /live/filter (the twin's own design), or the root's /filter in models written
- * before the twin had one. */
-static ss_status load_filter(reader *r, ss_live_model *m) {
-  const char *grp = ss_h5_is_group(r->f, "/live/filter") ? "/live/filter" : "/filter";
-  char sos_path[32];
-  snprintf(sos_path, sizeof(sos_path), "%s/sos", grp);
-  int64_t dims[2] = {SS_LIVE_FREE_DIM, SS_LIVE_SOS_COLS};
-  double *sos = NULL, v;
-  SS_TRY(read_f64(r, sos_path, 2, dims, -INFINITY, INFINITY, "finite values", &sos));
-  ss_filter *f = &m->filter;
-  memset(f, 0, sizeof(*f));
-  ss_status st = SS_OK;
-  if (dims[0] < 1 || dims[0] > SS_FILTER_MAX_ORDER)
-    st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: expected 1 to %d sections, got %" PRId64, r->file, sos_path,
-                 SS_FILTER_MAX_ORDER, dims[0]);
-  for (int64_t q = 0; st == SS_OK && q < dims[0]; q++) {
-    const double *row = sos + q * SS_LIVE_SOS_COLS;
-    if (row[3] != 1.0)
-      st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: %s: expected a0 = 1, got %g at [%" PRId64 ", 3]", r->file, sos_path,
-                   row[3], q);
-    f->sos[q] = (ss_biquad){row[0], row[1], row[2], row[4], row[5]};
-  }
-  free(sos);
-  SS_TRY(st);
-  f->n_sections = (int)dims[0];
-  f->rate_hz = m->rate_hz;
-  SS_TRY(read_attr(r, grp, "order", 1, SS_FILTER_MAX_ORDER, 1, &v));
-  f->order = (int)v;
-  SS_TRY(read_attr(r, grp, "low_hz", 0, m->rate_hz / 2, 0, &f->low_hz));
-  return read_attr(r, grp, "high_hz", 0, m->rate_hz / 2, 0, &f->high_hz);
-}
+/* io/model_h5.c reads and validates the file; here its arrays become the stage's types. */
+_Static_assert(SS_MODEL_MAX_SECTIONS <= SS_FILTER_MAX_ORDER, "a model's filter fits in ss_filter");
 
 static int cmp_int(const void *a, const void *b) {
   int x = *(const int *)a, y = *(const int *)b;
@@ -573,135 +369,89 @@ static int cmp_int(const void *a, const void *b) {
 }
 
 /* The detection graph: /probe/connected and the symmetric CSR of /probe/adjacency. */
-static ss_status load_graph(reader *r, ss_live_model *m) {
-  const int C = m->n_channels;
-  int64_t cd[1] = {C}, ad[2] = {SS_LIVE_FREE_DIM, 2};
-  int32_t *conn = NULL, *edges = NULL;
-  SS_TRY(read_array(r, "/probe/connected", &T_I32, 1, cd, "C", (void **)&conn));
-  ss_status st = read_array(r, "/probe/adjacency", &T_I32, 2, ad, "E", (void **)&edges);
-  ss_detect_graph *g = &m->graph;
+static ss_status graph_from_model(ss_ctx *ctx, const ss_model_live_data *d, ss_detect_graph *g) {
+  const int C = d->n_channels;
+  const int32_t *edges = d->adjacency;
   memset(g, 0, sizeof(*g));
   g->n_channels = C;
-  if (st == SS_OK && (SS_CALLOC(r->ctx, g->use, (size_t)C, "channel flags") || SS_CALLOC(r->ctx, g->adj_start, (size_t)C + 1, "adjacency") ||
-                      SS_ALLOC(r->ctx, g->adj, (size_t)(2 * ad[0] > 0 ? 2 * ad[0] : 1), "adjacency")))
-    st = SS_ERR_NOMEM;
-  for (int c = 0; st == SS_OK && c < C; c++) {
-    if (conn[c] != 0 && conn[c] != 1)
-      st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: /probe/connected: expected 0 or 1, got %d at [%d]", r->file, (int)conn[c], c);
-    g->use[c] = conn[c];
+  if (SS_CALLOC(ctx, g->use, (size_t)C, "channel flags") || SS_CALLOC(ctx, g->adj_start, (size_t)C + 1, "adjacency") ||
+      SS_ALLOC(ctx, g->adj, (size_t)(2 * d->n_edges > 0 ? 2 * d->n_edges : 1), "adjacency"))
+    return SS_ERR_NOMEM;
+  for (int c = 0; c < C; c++) g->use[c] = d->connected[c];
+  for (int64_t e = 0; e < d->n_edges; e++) {
+    g->adj_start[edges[2 * e] + 1]++;
+    g->adj_start[edges[2 * e + 1] + 1]++;
   }
-  for (int64_t e = 0; st == SS_OK && e < ad[0]; e++) {
-    int a = edges[2 * e], b = edges[2 * e + 1];
-    if (a < 0 || a >= C || b < 0 || b >= C || a == b)
-      st = ss_fail(r->ctx, SS_ERR_INPUT, "%s: /probe/adjacency: expected two different channels in [0, %d), got (%d, %d) at [%" PRId64 "]",
-                   r->file, C, a, b, e);
-    else {
-      g->adj_start[a + 1]++;
-      g->adj_start[b + 1]++;
-    }
-  }
-  for (int c = 0; st == SS_OK && c < C; c++) g->adj_start[c + 1] += g->adj_start[c];
+  for (int c = 0; c < C; c++) g->adj_start[c + 1] += g->adj_start[c];
   int *fill = NULL;
-  if (st == SS_OK) st = SS_ALLOC(r->ctx, fill, (size_t)C, "adjacency");
-  for (int c = 0; st == SS_OK && c < C; c++) fill[c] = g->adj_start[c];
-  for (int64_t e = 0; st == SS_OK && e < ad[0]; e++) {
+  SS_TRY(SS_ALLOC(ctx, fill, (size_t)C, "adjacency"));
+  for (int c = 0; c < C; c++) fill[c] = g->adj_start[c];
+  for (int64_t e = 0; e < d->n_edges; e++) {
     g->adj[fill[edges[2 * e]]++] = edges[2 * e + 1];
     g->adj[fill[edges[2 * e + 1]]++] = edges[2 * e];
   }
-  for (int c = 0; st == SS_OK && c < C; c++)
+  for (int c = 0; c < C; c++)
     qsort(g->adj + g->adj_start[c], (size_t)(g->adj_start[c + 1] - g->adj_start[c]), sizeof(int), cmp_int);
   free(fill);
-  free(conn);
-  free(edges);
-  return st;
-}
-
-/* Causal noise levels (0 on excluded channels) and thresholds (+inf there). */
-static ss_status load_thresholds(reader *r, ss_live_model *m) {
-  ss_thresholds *t = &m->thresholds;
-  memset(t, 0, sizeof(*t));
-  t->n_channels = m->n_channels;
-  t->polarity = m->polarity;
-  int64_t d[3][1] = {{m->n_channels}, {m->n_channels}, {m->n_channels}};
-  SS_TRY(read_f32(r, "/live/sigma", 1, d[0], "C", 0, INFINITY, 0, "finite values >= 0", &t->sigma));
-  SS_TRY(read_f32(r, "/live/weak", 1, d[1], "C", 0, INFINITY, 1, "values >= 0 (+inf: excluded)", &t->weak));
-  return read_f32(r, "/live/strong", 1, d[2], "C", 0, INFINITY, 1, "values >= 0 (+inf: excluded)", &t->strong);
-}
-
-static ss_status load_pca(reader *r, ss_live_model *m) {
-  ss_pca *p = &m->pca;
-  memset(p, 0, sizeof(*p));
-  p->n_channels = m->n_channels;
-  p->n_pcs = m->n_pcs;
-  p->n_wave = m->n_wave;
-  int64_t bd[3] = {m->n_channels, m->n_pcs, m->n_wave}, ed[2] = {m->n_channels, m->n_pcs};
-  SS_TRY(read_f32(r, "/live/pca_basis", 3, bd, "?", -INFINITY, INFINITY, 0, "finite values", &p->basis));
-  return read_f64(r, "/live/pca_eigenvalues", 2, ed, -INFINITY, INFINITY, "finite values", &p->eigenvalues);
-}
-
-static int cmp_i32(const void *a, const void *b) {
-  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return (x > y) - (x < y);
-}
-
-static ss_status load_units(reader *r, ss_live_model *m) {
-  const int64_t C = m->n_channels, D = C * m->n_pcs;
-  int64_t ud[1] = {SS_LIVE_FREE_DIM};
-  SS_TRY(read_array(r, "/live/unit_id", &T_I32, 1, ud, "K", (void **)&m->unit_id));
-  m->k = ud[0];
-  if (m->k < 1) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected at least one unit, got 0", r->file);
-  for (int64_t u = 0; u < m->k; u++)
-    if (m->unit_id[u] < 0 || (u > 0 && m->unit_id[u] < m->unit_id[u - 1]))
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected non-decreasing ids >= 0, got %d at [%" PRId64 "]",
-                     r->file, (int)m->unit_id[u], u);
-  int64_t cd[2] = {m->k, D}, md[2] = {m->k, C};
-  SS_TRY(read_f32(r, "/live/centroid", 2, cd, "K", -INFINITY, INFINITY, 0, "finite values", &m->centroid));
-  return read_f32(r, "/live/mean_mask", 2, md, "K", 0, 1, 0, "values in [0, 1]", &m->mean_mask);
-}
-
-static ss_status load_reference(reader *r, ss_live_model *m) {
-  const int64_t C = m->n_channels, D = C * m->n_pcs;
-  int64_t ld[1] = {SS_LIVE_FREE_DIM};
-  SS_TRY(read_array(r, "/live/ref_labels", &T_I32, 1, ld, "M", (void **)&m->ref_labels));
-  m->n_ref = ld[0];
-  for (int64_t i = 0; i < m->n_ref; i++)
-    if (!bsearch(&m->ref_labels[i], m->unit_id, (size_t)m->k, sizeof(int32_t), cmp_i32))
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/ref_labels: expected one of /live/unit_id, got %d at [%" PRId64 "]",
-                     r->file, (int)m->ref_labels[i], i);
-  int64_t fd[2] = {m->n_ref, D}, md[2] = {m->n_ref, C}, td[1] = {m->n_ref};
-  SS_TRY(read_f32(r, "/live/ref_features", 2, fd, "M", -INFINITY, INFINITY, 0, "finite values", &m->ref_features));
-  SS_TRY(read_f32(r, "/live/ref_masks", 2, md, "M", 0, 1, 0, "values in [0, 1]", &m->ref_masks));
-  SS_TRY(read_array(r, "/live/ref_times", &T_I64, 1, td, "M", (void **)&m->ref_times));
-  for (int64_t i = 0; i < m->n_ref; i++)
-    if (m->ref_times[i] < 0)
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/ref_times: expected >= 0, got %" PRId64 " at [%" PRId64 "]", r->file,
-                     m->ref_times[i], i);
   return SS_OK;
 }
 
-static ss_status load_all(reader *r, ss_live_model *m) {
-  if (!ss_h5_is_group(r->f, "/live"))
-    return ss_fail(r->ctx, SS_ERR_INPUT,
-                   "%s: /live: missing: the model has no causal twin for live mode (sort it again with "
-                   "sort.live_model = true)",
-                   r->file);
-  SS_TRY(load_root(r, m));
-  SS_TRY(load_filter(r, m));
-  SS_TRY(load_graph(r, m));
-  SS_TRY(load_thresholds(r, m));
-  SS_TRY(load_pca(r, m));
-  SS_TRY(load_units(r, m));
-  return load_reference(r, m);
+/* The causal filter from its rows b0 b1 b2 1 a1 a2. */
+static void filter_from_model(const ss_model_live_data *d, ss_filter *f) {
+  memset(f, 0, sizeof(*f));
+  for (int q = 0; q < d->n_sections; q++) {
+    const double *row = d->sos + (size_t)q * 6;
+    f->sos[q] = (ss_biquad){row[0], row[1], row[2], row[4], row[5]};
+  }
+  f->n_sections = d->n_sections;
+  f->rate_hz = d->rate_hz;
+  f->order = d->filter_order;
+  f->low_hz = d->low_hz;
+  f->high_hz = d->high_hz;
+}
+
+/* Move the arrays the model keeps as they are from d into m (they are cleared in d). */
+static void take_arrays(ss_model_live_data *d, ss_live_model *m) {
+  m->rate_hz = d->rate_hz;
+  m->n_channels = d->n_channels;
+  m->n_pcs = d->n_pcs;
+  m->n_wave = d->n_wave;
+  m->n_before = d->n_before;
+  m->n_after = d->n_after;
+  m->polarity = d->polarity;
+  m->join_size = d->join_size;
+  m->uv_per_step = d->uv_per_step;
+  m->offset_uv = d->offset_uv;
+  m->thresholds = (ss_thresholds){.n_channels = d->n_channels, .polarity = d->polarity, .sigma = d->sigma,
+                                  .weak = d->weak, .strong = d->strong};
+  m->pca = (ss_pca){.n_channels = d->n_channels, .n_wave = d->n_wave, .n_pcs = d->n_pcs, .basis = d->pca_basis,
+                    .eigenvalues = d->pca_eigenvalues};
+  m->k = d->k;
+  m->unit_id = d->unit_id;
+  m->centroid = d->centroid;
+  m->mean_mask = d->mean_mask;
+  m->n_ref = d->n_ref;
+  m->ref_features = d->ref_features;
+  m->ref_masks = d->ref_masks;
+  m->ref_labels = d->ref_labels;
+  m->ref_times = d->ref_times;
+  d->uv_per_step = NULL;
+  d->sigma = d->weak = d->strong = NULL;
+  d->pca_basis = NULL;
+  d->pca_eigenvalues = NULL;
+  d->unit_id = d->ref_labels = NULL;
+  d->centroid = d->mean_mask = d->ref_features = d->ref_masks = NULL;
+  d->ref_times = NULL;
 }
 
 ss_status ss_live_model_load(ss_ctx *ctx, const char *path, ss_live_model *m) {
   memset(m, 0, sizeof(*m));
-  ss_h5_quiet();
-  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (f < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as an HDF5 model file", path);
-  reader r = {ctx, f, path};
-  ss_status st = load_all(&r, m);
-  H5Fclose(f);
+  ss_model_live_data d;
+  SS_TRY(ss_model_read_live(ctx, path, &d));
+  filter_from_model(&d, &m->filter);
+  take_arrays(&d, m);
+  ss_status st = graph_from_model(ctx, &d, &m->graph);
+  ss_model_live_data_free(&d);
   if (st != SS_OK) ss_live_model_free(m);
   return st;
 }

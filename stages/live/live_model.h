@@ -1,4 +1,4 @@
-/* live_model.h — the causal twin of a sorted model (issue #10): what live mode needs to label spikes
+/* live_model.h — the causal twin of a sorted model: what live mode needs to label spikes
  * as they arrive, read from model.h5's /live group (its own causal filter, /live/filter) plus the
  * root's probe and scale.
  *
@@ -9,7 +9,8 @@
  * offline spike it matches (same time after removing the median causal−offline offset, within
  * join_size + 1 samples; peak channels equal or adjacent). The matched causal spikes give per-unit
  * causal centroids (several prototypes per unit) and a causal KNN reference set (docs/live.md).
- * This file owns the loader (validating every field) and the builder used by `sort`. */
+ * This file owns the loader (io/model_h5.c reads and validates the file) and the builder used by
+ * `sort`. */
 #ifndef SS_LIVE_MODEL_H
 #define SS_LIVE_MODEL_H
 
@@ -42,7 +43,7 @@ typedef struct {
   float *ref_features; float *ref_masks; int32_t *ref_labels; int64_t *ref_times;
 } ss_live_model;
 
-ss_status ss_live_model_load(ss_ctx *ctx, const char *path, ss_live_model *m);  /* validates everything, names file/field/value */
+ss_status ss_live_model_load(ss_ctx *ctx, const char *path, ss_live_model *m);  /* validates everything, names file/field/value (io/model_h5.h) */
 void ss_live_model_free(ss_live_model *m);
 
 /* ---- the builder used by `sort` ------------------------------------------------------------------ */

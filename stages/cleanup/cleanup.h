@@ -1,7 +1,8 @@
-/* merge.h — automatic merge of over-split units after masked EM (issue 5).
+/* cleanup.h — the cleanup stage after masked EM: the automatic merge of over-split units (merge.c)
+ * and the cleanup of impure clusters that the merge cannot fix (cleanup.c).
  *
- * Masked EM over-splits true units on purpose (MASKED_EM.md §9); this stage joins the pieces back.
- * Two Gaussian clusters a, b are a candidate pair when
+ * The merge. Masked EM over-splits true units on purpose; the merge joins the pieces back. Two
+ * Gaussian clusters a, b are a candidate pair when
  *  - their mean waveforms correlate (Pearson, over the samples of their shared channels laid end to
  *    end) at or above merge.waveform_corr. Shared channels: those where either unit's mean mask is
  *    at least SS_MERGE_CHANNEL_MASK (the channels the units are seen on); when neither unit has such
@@ -16,8 +17,8 @@
  * correlation involving it is recomputed before the next choice; a refused pair is never retried.
  * The noise cluster (label 0) never merges. Every decision is logged with its evidence and returned.
  * Deterministic: no randomness, ties broken by the lower cluster ids. */
-#ifndef SS_MERGE_H
-#define SS_MERGE_H
+#ifndef SS_CLEANUP_H
+#define SS_CLEANUP_H
 
 #include <stdint.h>
 
@@ -75,7 +76,7 @@ double ss_merge_waveform_corr(const float *wa, const float *ma, const float *wb,
 /* Intervals shorter than `refractory` samples in the union of two ascending trains (b may be empty). */
 int64_t ss_merge_violations(const int64_t *a, int64_t na, const int64_t *b, int64_t nb, int64_t refractory);
 
-/* --- cleanup after the merge: outliers and splits -----------------------------------------------
+/* --- cleanup after the merge: outliers and splits ----------------------------------------------------
  *
  * Masked EM leaves two kinds of impure clusters that the merge cannot fix (docs/accuracy.md):
  *  - catch-all clusters: a broad Gaussian that collects spikes distorted by a collision with another
