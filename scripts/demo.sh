@@ -2,8 +2,9 @@
 # The main job on built-in demo data: build, simulate a 60 s 32-channel recording with ground truth
 # on the shipped probe, sort it (front end, masked EM, automatic merge; results.h5, phy folder,
 # KlustaKwik files, model.h5) and score the sorting against the ground truth with `compare`.
-# Masked EM runs on the GPU when this build has CUDA and a device, else on the CPU — `sort` says
-# which; the front end runs on CPU threads (its CUDA twin is a later issue).
+# With `--device auto`, sort runs the front end's chunk pass, masked EM and the KNN vote on the GPU
+# when this build has CUDA and a device answers, else on CPU threads — `sort` logs which; the noise
+# excerpts, the merge and the outputs run on CPU threads either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh >/dev/null
