@@ -1,12 +1,12 @@
-/* bench_live.c — live-mode latency and throughput (issue #10) on a simulated 32-channel 30 kHz
- * recording with the model of an in-process `sort` of it (model.h5, /live), CPU and CUDA engines.
+/* bench_live.c — live-mode latency and throughput on a simulated 32-channel 30 kHz recording with the
+ * model of an in-process `sort` of it (model.h5, /live), CPU and CUDA engines.
  *
  * Per block size B (ms):
  *  - paced: a sender thread writes B-ms blocks over a UNIX socket (io/link.h) on an absolute real-time
- *    schedule; the main thread reads whole frames and pushes each read into the engine. Reported:
- *    the engine's latency (label ready − arrival of the read holding the spike's last waveform
- *    sample) p50/p99/max, the end-to-end latency from the send time of that block, overruns, and the
- *    fraction of wall time the engine was busy;
+ *    schedule; the live runner (drivers/live_run.h) reads whole frames and pushes each read into the
+ *    engine. Reported: the engine's latency (label ready − arrival of the read holding the spike's last
+ *    waveform sample) p50/p99/max, the end-to-end latency from the send time of that block, overruns,
+ *    and the fraction of wall time the engine was busy;
  *  - unpaced: the recording (or its first --unpaced-seconds) pushed in B-ms blocks as fast as
  *    possible: × real time. It runs first, so that the paced run finds the device warm (CUDA
  *    context, cuBLAS, the push graphs).
@@ -16,56 +16,51 @@
  * Channel counts other than 32 use a generated two-column linear probe (10 µm pitch) and 20 units
  * per 32 channels. A paced replay longer than the recording loops it (--cases C:B:D:S with S above
  * --seconds): the model stays the one of the recording's sort. Writes bench/results/live.json
- * (DESIGN §10): case names end in _cpu / _gpu; summary p99_ms_32ch_5ms_cpu, p50_ms_32ch_1ms_gpu,
+ * (bench/README.md): case names end in _cpu / _gpu; summary p99_ms_32ch_5ms_cpu, p50_ms_32ch_1ms_gpu,
  * p99_ms_32ch_1ms_gpu, overruns_32ch_1ms_gpu, seconds_32ch_1ms_gpu, speed_32ch_1ms_gpu.
  *
  * usage: bench_live [--seconds S] [--blocks 1,2,5,10] [--channels 32,128] [--device cpu[,cuda]]
  *                   [--cases C:B:D[:S[:X]],...] [--speed X] [--unpaced-seconds S] [--gpu-wait spin|sync]
  *                   [--sort-device D] [--out FILE] [--tmpdir DIR] [--realtime PRIORITY] [--reader block|spin]
  *                   [--sender sleep|spin] [--workers N] [--pin CPU[,CPU...]] [--sender-workers N]
- *                   [--sender-pin CPU[,CPU...]]
+ *                   [--sender-pin CPU[,CPU...]] [--replicas R]
  * --cases lists the cases (channels : block ms : cpu|cuda : paced seconds : speed) instead of the
  * product of --channels × --device × --blocks; consecutive cases with one channel count share a
  * workload. --gpu-wait: how the CUDA engine waits for the device (ss_live_wait; default spin).
- * --realtime P: the pushing (main) thread runs SCHED_FIFO at P (0 = lowest), ss_live_realtime; each case
- * records whether it was granted. --reader spin: the pushing thread polls the socket without sleeping
- * between blocks (default block: it sleeps in read()); --sender spin: the sender spins until each
- * block is due (default sleep: clock_nanosleep-like). The paced loop runs on the live workers
- * (drivers/live_workers.h, as `spikestream live --spin`): --workers N pushing threads take turns (with
- * --reader spin; default 1), --pin CPU[,CPU...] pins worker i to the i-th CPU for the paced loop
- * (ss_live_pin); with --sender spin, --sender-workers N sending threads take turns too, and
- * --sender-pin CPU[,CPU...] pins them. Each case records the idle workers' longest
- * gap between two polls and the gaps longer than a block (`idle_stalls_over_block`: the machine
- * stopping a thread that runs no engine code). --replicas R (with --reader spin) runs the paced loop on R
- * engine replicas (drivers/live_replicas.h): the runner's counters, no per-push trace. A channel count
- * whose model cannot be made (e.g. the sort runs out of device memory) is recorded as a case with an
- * `error` and skipped; the other cases run, and the exit status is 1. Paced runs trace every push (ss_live_opts.trace): each case records
- * the per-phase mean and max, the N_SLOWEST slowest pushes split by phase, and the worst overruns split
- * into engine busy / read wait. */
-#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
-#include <poll.h>
+ * --realtime P: the main thread runs SCHED_FIFO at P (0 = lowest), ss_live_realtime; each case records
+ * whether it was granted. --reader block (default): one thread reads inline, sleeping in read();
+ * --reader spin: the runner's workers poll the socket without sleeping (--workers N take turns, as
+ * `spikestream live --spin`); --replicas R: R engine replicas push every block (the runner's counters,
+ * no per-push trace). --pin CPU[,CPU...] pins worker (or replica) i to the i-th CPU for the paced loop.
+ * --sender spin: the sender spins until each block is due (default sleep); --sender-workers N sending
+ * threads take turns, --sender-pin pins them. Each case records the idle workers' longest gap between
+ * two polls and the gaps longer than a block (`idle_stalls_over_block`: the machine stopping a thread
+ * that runs no engine code). A channel count whose model cannot be made (e.g. the sort runs out of
+ * device memory) is recorded as a case with an `error` and skipped; the other cases run, and the exit
+ * status is 1. Paced runs trace every push (ss_live_opts.trace): each case records the per-phase mean
+ * and max, the N_SLOWEST slowest pushes split by phase, and the worst overruns split into engine busy /
+ * read wait. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "bench/bench_common.h"
 #include "build_config.h"
-#include "tools/simulate.h"
+#include "core/log.h"
+#include "drivers/live_replicas.h"
+#include "drivers/live_run.h"
+#include "drivers/live_workers.h"
+#include "drivers/sort.h"
 #include "io/link.h"
 #include "params/params.h"
 #include "params/probe.h"
 #include "stages/live/live.h"
 #include "stages/live/live_model.h"
-#include "drivers/live_replicas.h"
-#include "drivers/live_workers.h"
-#include "core/log.h"
-#include "drivers/sort.h"
+#include "tools/simulate.h"
 
 #define MAX_CHANNEL_COUNTS 8
 #define PROBE_32 SS_SOURCE_DIR "/params/probes/two_column_32.json"
@@ -227,7 +222,6 @@ typedef struct {
   double *t_send;   /* per block: just before its write */
   double *t_written; /* per block: when its write returned */
   atomic_llong rows_written; /* rows whose write returned */
-  atomic_int done;
   ss_link *l;
   double t0;
   ss_status st;
@@ -303,7 +297,6 @@ static void *sender_main(void *arg) {
   ss_live_task task = {send_ready, send_work, s};
   ss_live_workers_opts o = {s->spin ? s->workers : 1, s->cpus, INFINITY};
   if (s->st == SS_OK) s->st = ss_live_workers_run(&ctx, &cpu, &o, &task, NULL);
-  atomic_store(&s->done, 1);
   if (s->st != SS_OK) snprintf(s->msg, sizeof(s->msg), "%s", ss_error_message(&ctx));
   ss_link_close(s->l);
   ss_backend_close(&cpu);
@@ -416,135 +409,85 @@ static void steal_since(push_log *g, const double *before, int n) {
 
 /* Arrival of a read whose first row is row `first` of the replay: the send time of that row's block.
  * The read's own time would hide how long the data waited in the socket while the engine was busy
- * (this loop reads only between pushes), which `spikestream live` sees through its reader thread;
- * the send time counts it: overruns and latencies are those of a reader that never waits. t_send[b]
- * is written before block b is written to the socket, so it is set once its rows were read. */
+ * (inline and spin reads happen only between pushes), which `spikestream live` sees through its reader
+ * thread; the send time counts it: overruns and latencies are those of a reader that never waits.
+ * t_send[b] is written before block b is written to the socket, so it is set once its rows were read. */
 static double arrival(const sender *s, int64_t first, double t_read) {
   double t = s->t_send[first / s->block_rows];
   return t > 0 && t < t_read ? t : t_read;
 }
 
-/* The paced loop as a task of the live workers (drivers/live_workers.h): with --reader spin every worker
- * polls the socket without sleeping (a blocking read puts the thread to sleep, and its wake-up is on
- * the critical path) and the one that takes the turn reads and pushes; with --reader block one worker
- * sleeps in read(). */
+/* The paced loop is the live runner's (drivers/live_run.h), as `spikestream live` runs it: --reader spin
+ * polls with the runner's workers (--workers N) or its replicas (--replicas R), --reader block reads
+ * inline (one thread sleeping in read(): its wake-up is then on the critical path). The runner's hooks
+ * give the engine the send time as arrival, hand over every push's trace and count the spikes. */
 typedef struct {
-  bench_args *a;
   sender *snd;
-  int fd;
-  ss_frame_reader *r;
-  ss_live_engine *e;
-  const ss_live_opts *o;
+  double block_s;
   counter *cnt;
   run_result *res;
   double busy, prev_end;
-  int64_t pushed, index;
+  int64_t index;
 } paced_loop;
 
-static int socket_readable(int fd) {
-  struct pollfd pfd = {.fd = fd, .events = POLLIN};
-  return poll(&pfd, 1, 0) > 0;
+static double paced_arrival(void *user, int64_t first_row, double t_read) {
+  return arrival(((paced_loop *)user)->snd, first_row, t_read);
 }
 
-static int paced_ready(void *user) {
-  paced_loop *p = user;
-  return !p->a->spin_reader || socket_readable(p->fd) || atomic_load(&p->snd->done);
-}
-
-/* Nothing to read yet: no whole row buffered, the socket empty, the sender still sending. */
-static int paced_nothing_there(const paced_loop *p) {
-  return !ss_frame_reader_buffered(p->r) && !socket_readable(p->fd) && !atomic_load(&p->snd->done);
-}
-
-/* One read and its push, with the trace and the overrun's breakdown. */
-static ss_status paced_push(ss_ctx *ctx, paced_loop *p, int *done) {
-  const int16_t *rows;
-  int64_t n;
-  double t_read;
-  SS_TRY(ss_frame_reader_next(ctx, p->r, &rows, &n, &t_read));
-  if (n == 0) {
-    *done = 1;
-    return SS_OK;
-  }
-  sender *snd = p->snd;
-  run_result *res = p->res;
-  double t1 = ss_now(), arr = arrival(snd, p->pushed, t_read);
-  SS_TRY(ss_live_push(ctx, p->e, rows, n, arr, count_spike, p->cnt));
-  double t2 = ss_now();
-  p->busy += t2 - t1;
-  ss_live_push_trace tr;
-  ss_live_last_push(p->e, &tr);
-  log_push(&res->log, &tr);
-  double free_at = p->prev_end > arr ? p->prev_end : arr, read_wait = t_read - free_at;
-  if (read_wait > res->log.read_wait_max_s) res->log.read_wait_max_s = read_wait;
-  if (tr.behind_s > p->o->block_s) {
-    double busy_until = p->prev_end < t1 ? p->prev_end : t1;
-    int64_t b = p->pushed / snd->block_rows;
-    overrun_note on = {p->index, tr.behind_s, busy_until > arr ? busy_until - arr : 0, read_wait > 0 ? read_wait : 0,
-                       t1 - t_read, res->log.pushes > 1 ? res->prev_push_s : 0,
-                       snd->t_written[b] > snd->t_send[b] ? snd->t_written[b] - snd->t_send[b] : 0};
-    log_overrun(&res->log, &on, p->o->block_s);
-  }
-  res->prev_push_s = tr.total_s;
-  p->prev_end = t2;
-  p->pushed += n;
-  p->index++;
-  return SS_OK;
-}
-
-/* Whatever is there (nothing when another worker took it), then what the frame reader still holds. */
-static ss_status paced_work(ss_ctx *ctx, void *user, int *done) {
-  paced_loop *p = user;
-  if (p->a->spin_reader && paced_nothing_there(p)) return SS_OK;
-  do SS_TRY(paced_push(ctx, p, done));
-  while (!*done && ss_frame_reader_buffered(p->r));
-  return SS_OK;
-}
-
-
-/* --replicas: the same reads, into the ring of drivers/live_replicas.h (arrival: the send time, as above). */
-static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int64_t *n, double *t, int *kind) {
-  paced_loop *p = user;
-  *n = 0;
-  *kind = SS_LIVE_READ_ROWS;
-  if (paced_nothing_there(p)) return SS_OK;
-  double t_read;
-  SS_TRY(ss_frame_reader_next(ctx, p->r, rows, n, &t_read));
-  if (*n == 0) {
-    *kind = SS_LIVE_READ_DONE;
-    return SS_OK;
-  }
-  *t = arrival(p->snd, p->pushed, t_read);
-  p->pushed += *n;
-  return SS_OK;
-}
-
-static ss_status replica_emit(ss_ctx *ctx, void *user, const ss_live_spike *s) {
+static ss_status paced_emit(ss_ctx *ctx, void *user, const ss_live_spike *s) {
   return count_spike(ctx, ((paced_loop *)user)->cnt, s);
 }
 
-/* The paced loop on R engine replicas; the runner's counters replace the engine's (no per-push trace). */
-static ss_status replicas_loop(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w,
-                               const ss_live_opts *o, ss_live_engine *e, paced_loop *pl, run_result *res) {
-  ss_live_replica_set set;
-  SS_TRY(ss_live_replica_set_open(ctx, be, e, &w->model, o, a->replicas, &set));
-  ss_live_replica_io io = {paced_ready, replica_read, replica_emit, pl};
-  ss_live_replicas_opts ro = {set.n, set.es, set.bp, a->n_pins ? a->pins : NULL, w->C, RATE, o->block_s, 0};
-  ss_status st = ss_live_replicas_run(ctx, &ro, &io, &res->stats);
-  ss_live_replica_set_close(&set);
-  return st;
+/* After each push: its trace, and an overrun's breakdown. */
+static void paced_pushed(void *user, const ss_live_engine *e, const ss_live_run_push *pp) {
+  paced_loop *p = user;
+  const sender *snd = p->snd;
+  run_result *res = p->res;
+  const double t1 = pp->t_start, arr = pp->t_arrival;
+  p->busy += pp->t_end - t1;
+  ss_live_push_trace tr;
+  ss_live_last_push(e, &tr);
+  log_push(&res->log, &tr);
+  double free_at = p->prev_end > arr ? p->prev_end : arr, read_wait = pp->t_read - free_at;
+  if (read_wait > res->log.read_wait_max_s) res->log.read_wait_max_s = read_wait;
+  if (tr.behind_s > p->block_s) {
+    double busy_until = p->prev_end < t1 ? p->prev_end : t1;
+    int64_t b = pp->first_row / snd->block_rows;
+    overrun_note on = {p->index, tr.behind_s, busy_until > arr ? busy_until - arr : 0, read_wait > 0 ? read_wait : 0,
+                       t1 - pp->t_read, res->log.pushes > 1 ? res->prev_push_s : 0,
+                       snd->t_written[b] > snd->t_send[b] ? snd->t_written[b] - snd->t_send[b] : 0};
+    log_overrun(&res->log, &on, p->block_s);
+  }
+  res->prev_push_s = tr.total_s;
+  p->prev_end = pp->t_end;
+  p->index++;
+}
+
+/* The runner's options for a paced case: the socket, the recording's model, the engine with the
+ * trace (replicas: the runner counts, no per-push trace), the reading mode. */
+static void paced_opts(const ss_backend *be, const bench_args *a, const workload *w, const char *uri,
+                       int64_t block_rows, paced_loop *pl, ss_live_run_opts *o) {
+  ss_live_run_opts_defaults(o);
+  o->source = uri;
+  o->connect_timeout_s = CONNECT_TIMEOUT_S;
+  o->read_max_rows = READ_BLOCKS * block_rows;
+  o->model = &w->model;
+  o->backend = be;
+  o->engine.block_s = pl->block_s; /* the overrun threshold stays one block at any speed */
+  o->engine.gpu_wait = a->gpu_wait;
+  o->engine.trace = !a->replicas;
+  o->spin = a->spin_reader || a->replicas;
+  o->inline_read = !o->spin;
+  o->workers = a->workers;
+  o->replicas = a->replicas;
+  o->pins = a->n_pins ? a->pins : NULL;
+  o->n_pins = a->n_pins;
+  o->hooks = (ss_live_run_hooks){paced_arrival, a->replicas ? NULL : paced_pushed, paced_emit, pl};
 }
 
 static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, const workload *w,
                            const bench_case *bc, run_result *res) {
   const double block_ms = bc->block_ms, seconds = bc->seconds;
-  ss_live_opts o;
-  ss_live_opts_defaults(&o);
-  o.block_s = block_ms / MS_PER_S; /* the overrun threshold stays one block at any speed */
-  o.gpu_wait = a->gpu_wait;
-  o.trace = !a->replicas; /* replicas: the runner counts, no per-push trace */
-  ss_live_engine *e = NULL;
-  SS_TRY(ss_live_engine_open(ctx, be, &w->model, &o, &e));
   char path[4200], listen_uri[4300], connect_uri[4300];
   snprintf(path, sizeof(path), "%s/bench_live_%d.sock", a->tmpdir, (int)getpid());
   snprintf(listen_uri, sizeof(listen_uri), "unix-listen://%s", path);
@@ -563,29 +506,23 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
   if (st == SS_OK) st = SS_ALLOC(ctx, snd.tmp, (size_t)(snd.block_rows * w->C), "send block");
   pthread_t th;
   int started = st == SS_OK && pthread_create(&th, NULL, sender_main, &snd) == 0;
-  ss_link *l = NULL;
-  ss_frame_reader *r = NULL;
-  if (started) st = ss_link_open(ctx, connect_uri, SS_LINK_READ, CONNECT_TIMEOUT_S, &l);
-  if (st == SS_OK) st = ss_frame_reader_open(ctx, l, w->C, READ_BLOCKS * snd.block_rows, &r);
   counter cnt = {.snd = &snd, .n_after = w->model.n_after};
-  paced_loop pl = {.a = a, .snd = &snd, .fd = l ? ss_link_fd(l) : -1, .r = r, .e = e, .o = &o, .cnt = &cnt, .res = res};
-  ss_live_task task = {paced_ready, paced_work, &pl};
-  ss_live_workers_opts wo = {a->spin_reader ? a->workers : 1, a->n_pins ? a->pins : NULL, o.block_s};
-  ss_live_workers_stats ws = {0, 0};
+  paced_loop pl = {.snd = &snd, .block_s = block_ms / MS_PER_S, .cnt = &cnt, .res = res};
+  ss_live_run_opts o;
+  paced_opts(be, a, w, connect_uri, snd.block_rows, &pl, &o);
+  ss_live_run_stats rs;
+  memset(&rs, 0, sizeof(rs));
   double steal0[MAX_STEAL_CPUS + 1];
   int n_steal = ss_bench_read_steal(steal0, MAX_STEAL_CPUS + 1);
-  double t_start = ss_now();
-  if (st == SS_OK && a->replicas) st = replicas_loop(ctx, be, a, w, &o, e, &pl, res);
-  if (st == SS_OK && !a->replicas) st = ss_live_workers_run(ctx, be, &wo, &task, &ws);
-  if (st == SS_OK && !a->replicas) st = ss_live_flush(ctx, e, count_spike, &cnt);
-  res->wall_s = ss_now() - t_start;
+  if (started) st = ss_live_run(ctx, &o, &rs);
+  res->stats = rs.stats;
   res->busy_s = pl.busy;
-  res->log.idle_stalls = ws.idle_stalls;
-  res->log.idle_gap_max_s = ws.idle_gap_max_s;
+  res->log.idle_stalls = rs.idle.idle_stalls;
+  res->log.idle_gap_max_s = rs.idle.idle_gap_max_s;
   steal_since(&res->log, steal0, n_steal);
   if (started) pthread_join(th, NULL);
+  res->wall_s = rs.t_end - (started ? snd.t0 : rs.t_start); /* from the sender's schedule start */
   if (st == SS_OK && snd.st != SS_OK) st = ss_fail(ctx, snd.st, "sender: %s", snd.msg);
-  if (!a->replicas) ss_live_get_stats(e, &res->stats);
   res->e2e_p50_us = percentile(cnt.e2e_us, cnt.n, 50);
   res->e2e_p99_us = percentile(cnt.e2e_us, cnt.n, 99);
   res->e2e_max_us = percentile(cnt.e2e_us, cnt.n, 100);
@@ -593,9 +530,6 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
   free(snd.t_send);
   free(snd.t_written);
   free(snd.tmp);
-  ss_frame_reader_close(r);
-  ss_link_close(l);
-  ss_live_engine_close(e);
   return st;
 }
 

@@ -1,5 +1,5 @@
 /* live_train.h — fitting a live model from the first seconds of a stream (`spikestream live
- * --train-seconds S`, issue #10): the buffered rows go to a flat binary file in a working directory,
+ * --train-seconds S`, drivers/live_run.h): the buffered rows go to a flat binary file in a working directory,
  * `sort`'s library entry point (drivers/sort.h: front end, masked EM, merge, causal twin) fits it in a
  * background thread on the chosen device, and the model's /live group is loaded when it is done.
  * The caller keeps reading the stream meanwhile (what arrives then is its to count). */

@@ -1,7 +1,6 @@
 /* test_live_trace.c — the live engine's per-push trace (ss_live_opts.trace, ss_live_last_push) and the
  * opt-in pinning (ss_live_pin), on the CPU engine with the model of a `sort` of a short simulation.
- * The CUDA phases are exercised by bench_live on the device (docs/live.md, "Where the slow pushes and
- * the overruns came from"). */
+ * The CUDA phases are exercised by bench_live on the device (docs/live.md, "Latency and accounting"). */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #include <sched.h>
 #include <stdarg.h>
