@@ -6,14 +6,13 @@
  *              data, launched plainly and as one CUDA graph -> ratio_to_gemm = ours / the faster of
  *              the two; host API end to end (upload, search, download; wall clock) with, for
  *              reference, upload + centring + SGEMMs; our CPU path on the grid
- *   crossover: k = 1..256 at 1,200 x 2^15, d = 64 — kmin, bitonic and warp forced
  *   chunks:    1,200 queries, references 2^11..2^15, d in {32, 128}, k = 25: device-resident tiled
- *              search (auto strategy) with 1024, 4096 (the default) and 8192 references per warp of the one-tile
+ *              search with 1024, 4096 (the default) and 8192 references per warp of the one-tile
  *              selection-and-finish kernel (ss_knn_opts.warp_chunk; warps per query = next_pow2(n / chunk) <= 8)
- * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-crossover] [--no-chunks] [--no-large] [--grid-only]
- *                  [--qtile-sweep] [--sweeps-only] [--case M N D K]
+ * usage: bench_knn [OUT.json] [--quick] [--no-cpu] [--no-chunks] [--no-large] [--grid-only] [--qtile-sweep]
+ *                  [--sweeps-only] [--case M N D K]
  *   (--quick: small sizes, for a smoke run without a GPU; the others skip parts, for short runs
- *   (--grid-only: the grid alone, no large cases, chunks or crossover; --qtile-sweep: the tiled path with 4096
+ *   (--grid-only: the grid alone, no large cases or chunks; --qtile-sweep (CUDA): the tiled path with 4096
  *   (one tile), 256 and 128 queries per distance tile, group "query_tiles"; --sweeps-only: only the sweeps asked for);
  *   --case: that one case alone, group "probe", e.g. under a profiler) */
 #include <math.h>
@@ -33,7 +32,6 @@
 #define GRID_K 25
 #define LARGE_D 96
 #define LARGE_K 10
-#define CROSS_D 64
 #define GRID_DEVICE_REPEATS 20
 #define LARGE_DEVICE_REPEATS 5
 #define FUSED_MAX_REFS 65536 /* the fused path is timed on the grid only (auto takes the tiled path beyond) */
@@ -64,14 +62,14 @@ static float *random_points(int64_t n, int64_t d, uint64_t stream) {
   return x;
 }
 
-/* Median seconds of a search (strategy, gemm_only) on an existing index. */
-static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t k, int strategy,
-                          int gemm_only, int repeats, ss_knn_stats *stats) {
+/* Median seconds of a search (or, gemm_only, of its distance GEMMs alone) on an existing index. */
+static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t m, int64_t k, int gemm_only,
+                          int repeats, ss_knn_stats *stats) {
   run_arg a = {.ctx = ctx, .ix = ix, .q = q, .m = m};
   ss_params p;
   ss_params_defaults(&p);
   ss_knn_opts_from_params(&a.o, &p);
-  a.o.k = k, a.o.strategy = strategy, a.o.gemm_only = gemm_only;
+  a.o.k = k, a.o.gemm_only = gemm_only;
   a.idx = malloc(sizeof(int64_t) * (size_t)(m * k));
   a.dist = malloc(sizeof(double) * (size_t)(m * k));
   ss_status st = SS_ERR_NOMEM;
@@ -261,9 +259,11 @@ static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, 
     printf("%s\n", name);
 #if SS_HAVE_CUDA
     ratio = device_timings(c, ctx, ix, q, m, d, k, device_repeats);
+#else
+    (void)device_repeats; /* device-resident timings need the CUDA backend */
 #endif
-    double ours = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 0, repeats, &s);
-    double gemm = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 1, repeats, NULL);
+    double ours = time_search(ctx, ix, q, m, k, 0, repeats, &s);
+    double gemm = time_search(ctx, ix, q, m, k, 1, repeats, NULL);
     cJSON_AddNumberToObject(c, "gpu_s", ours); /* host API end to end; what the torch speedup uses */
     cJSON_AddNumberToObject(c, "host_gemm_s", gemm);
     cJSON_AddNumberToObject(c, "host_ratio", ours / gemm);
@@ -273,7 +273,7 @@ static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, 
            ours / gemm, ss_knn_strategy_name(s.strategy), (long long)s.fallbacks);
   }
   if (cpu && ss_knn_index_create(ctx, cpu, ref, n, d, &ix) == SS_OK) {
-    double t = time_search(ctx, ix, q, m, k, SS_KNN_AUTO, 0, 1, NULL);
+    double t = time_search(ctx, ix, q, m, k, 0, 1, NULL);
     cJSON_AddNumberToObject(c, "cpu_s", t);
     ss_knn_index_free(ix);
     printf("  cpu %.4f s\n", t);
@@ -283,41 +283,6 @@ static double bench_case(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, 
   return ratio;
 }
 
-/* kmin vs bitonic (and warp) as k grows; returns the smallest k from which bitonic stays faster. */
-static int64_t bench_crossover(ss_bench_doc *doc, ss_ctx *ctx, const ss_backend *gpu, int64_t n, int quick) {
-  static const int64_t ks[] = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256};
-  int nk = quick ? 4 : (int)(sizeof(ks) / sizeof(ks[0]));
-  float *ref = random_points(n, CROSS_D, 3), *q = random_points(GRID_QUERIES, CROSS_D, 4);
-  ss_knn_index *ix;
-  int64_t crossover = -1;
-  if (!ref || !q || ss_knn_index_create(ctx, gpu, ref, n, CROSS_D, &ix) != SS_OK) {
-    free(ref), free(q);
-    return -1;
-  }
-  for (int i = 0; i < nk; i++) {
-    double t[3];
-    const int strat[3] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP};
-    for (int s = 0; s < 3; s++) t[s] = time_search(ctx, ix, q, GRID_QUERIES, ks[i], strat[s], 0, 3, NULL);
-    char name[64];
-    snprintf(name, sizeof(name), "crossover_k%lld", (long long)ks[i]);
-    cJSON *c = ss_bench_case(doc, name);
-    cJSON_AddStringToObject(c, "group", "crossover");
-    cJSON_AddNumberToObject(c, "queries", GRID_QUERIES);
-    cJSON_AddNumberToObject(c, "refs", (double)n);
-    cJSON_AddNumberToObject(c, "dim", CROSS_D);
-    cJSON_AddNumberToObject(c, "k", (double)ks[i]);
-    cJSON_AddNumberToObject(c, "kmin_s", t[0]);
-    cJSON_AddNumberToObject(c, "bitonic_s", t[1]);
-    cJSON_AddNumberToObject(c, "warp_s", t[2]);
-    printf("crossover k %3lld: kmin %.5f  bitonic %.5f  warp %.5f\n", (long long)ks[i], t[0], t[1], t[2]);
-    if (t[1] < t[0] && crossover < 0) crossover = ks[i];
-    if (t[1] >= t[0]) crossover = -1; /* must stay faster from there on */
-  }
-  ss_knn_index_free(ix);
-  free(ref), free(q);
-  return crossover;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -325,7 +290,7 @@ static int cmp_double(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *out = "bench/results/knn_ours.json";
-  int quick = 0, with_cpu = 1, with_crossover = 1, with_chunks = 1, with_large = 1;
+  int quick = 0, with_cpu = 1, with_chunks = 1, with_large = 1;
   int with_qtile_sweep = 0, sweeps_only = 0; /* --sweeps-only: the sweeps asked for, nothing else */
   int64_t probe[4] = {0, 0, 0, 0};
   for (int i = 1; i < argc; i++) {
@@ -333,13 +298,19 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--case") && i + 4 < argc)
       for (int j = 0; j < 4; j++) probe[j] = strtoll(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--no-cpu")) with_cpu = 0;
-    else if (!strcmp(argv[i], "--no-crossover")) with_crossover = 0;
     else if (!strcmp(argv[i], "--no-chunks")) with_chunks = 0;
     else if (!strcmp(argv[i], "--no-large")) with_large = 0;
-    else if (!strcmp(argv[i], "--grid-only")) with_large = with_chunks = with_crossover = 0;
+    else if (!strcmp(argv[i], "--grid-only")) with_large = with_chunks = 0;
     else if (!strcmp(argv[i], "--qtile-sweep")) with_qtile_sweep = 1;
     else if (!strcmp(argv[i], "--sweeps-only")) sweeps_only = 1;
-    else out = argv[i];
+    else if (argv[i][0] == '-') {
+      fprintf(stderr, "bench_knn: unknown option %s\n", argv[i]);
+      return 2;
+    } else out = argv[i];
+  }
+  if (with_qtile_sweep && !SS_HAVE_CUDA) {
+    fprintf(stderr, "bench_knn: --qtile-sweep needs the CUDA backend\n");
+    return 2;
   }
   ss_ctx ctx;
   ss_ctx_init(&ctx);
@@ -384,10 +355,6 @@ int main(int argc, char **argv) {
     if (with_chunks && !quick && !sweeps_only) sweep(&doc, &ctx, g, &CHUNK_SWEEP);
     if (with_qtile_sweep && !quick) sweep(&doc, &ctx, g, &QTILE_SWEEP);
 #endif
-    if (with_crossover && !sweeps_only) {
-      int64_t cross = bench_crossover(&doc, &ctx, g, (int64_t)1 << (quick ? 12 : 15), quick);
-      ss_bench_summary_number(&doc, "kmin_bitonic_crossover_k", (double)cross);
-    }
     ss_bench_summary_number(&doc, "max_ratio_to_gemm_k32", max_ratio);
     ss_bench_summary_number(&doc, "max_ratio_to_gemm_large", max_large);
     if (n_grid) {

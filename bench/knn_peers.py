@@ -8,8 +8,8 @@ usage: knn_peers.py OURS.json OUT.json SPIKESTREAM_BINARY [--quick]
   * scikit-learn's digits: our `spikestream knn` (GPU) against KNeighborsClassifier(algorithm="brute")
     with the same k; disagreements are split into those explained by ties (a tie in either vote, or
     equal distances at ranks k and k+1) and the rest.
-Summary keys: min_speedup_vs_torch_large, max_ratio_to_gemm_k32, kmin_bitonic_crossover_k,
-digits_agree, digits_disagree, digits_disagree_ties, digits_disagree_unexplained.
+Summary keys added: min_speedup_vs_torch_large, digits_agree, digits_disagree, digits_disagree_ties,
+digits_disagree_unexplained (bench_knn writes the ratio keys).
 """
 import json
 import os

@@ -9,7 +9,7 @@ mkdir -p "$out"
 # RelWithDebInfo (-O2) by default: Release (-O3) currently trips a maybe-uninitialized warning in params/probe.c
 [ -f "$build/CMakeCache.txt" ] || cmake -S . -B "$build" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build "$build" -j16 --target spikestream bench_knn
-# KNN_BENCH_ARGS: extra bench_knn options (--no-cpu, --no-crossover, --no-chunks); KNN_PEERS=0 skips the peers
+# KNN_BENCH_ARGS: extra bench_knn options (--no-cpu, --no-chunks, --grid-only); KNN_PEERS=0 skips the peers
 # (torch, scikit-learn, digits) and writes our numbers alone to OUT/knn.json.
 "$build/bench/bench_knn" "$out/knn_ours.json" ${KNN_BENCH_ARGS:-} | tee "$out/bench_knn.log"
 if [ "${KNN_PEERS:-1}" = 1 ]; then

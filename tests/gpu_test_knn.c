@@ -1,8 +1,8 @@
 /* gpu_test_knn.c — GPU group: the CUDA KNN gives the CPU's neighbours exactly (indices and
- * distances) for every strategy, tile shape, k > 64 and ties, on every path (the fused kernel where
- * K' <= 64 and d <= 256; the per-warp finish and, for one reference tile, the selection-and-finish kernel
- * with 1-8 warps per query where K' <= 64, the block finish beyond); incremental mode on the GPU; the CLI
- * gives identical files on both devices. */
+ * distances) for every tile shape, k > 64 and ties, on every path (the fused path where K' <= 64 and
+ * d <= 256; on the tiled path the per-warp finish and, for one reference tile, the selection-and-finish
+ * kernel with 1-8 warps per query where K' <= 64, the block finish beyond); the k-selection names run the
+ * warp queue; incremental mode on the GPU; the CLI gives identical files on both devices. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +62,10 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
   assert_int_equal(ss_knn_search(&ctx, cx, &o, q, c->m, ci, cd, NULL), SS_OK);
   for (int64_t i = 0; i < c->m; i++)
     for (int64_t r = 0; r + 1 < c->k; r++) ties += cd[i * c->k + r] == cd[i * c->k + r + 1];
-  /* the tiled path with each selection, the fused path (when K' and d allow it), and auto */
-  const int strategies[] = {SS_KNN_KMIN, SS_KNN_BITONIC, SS_KNN_WARP, SS_KNN_AUTO, SS_KNN_AUTO};
-  const int paths[] = {SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM, SS_KNN_PATH_FUSED, SS_KNN_PATH_AUTO};
-  for (int s = 0; s < 5; s++) {
+  /* the tiled path, the fused path (when K' and d allow it), and auto */
+  const int strategies[] = {SS_KNN_WARP, SS_KNN_AUTO, SS_KNN_AUTO};
+  const int paths[] = {SS_KNN_PATH_GEMM, SS_KNN_PATH_FUSED, SS_KNN_PATH_AUTO};
+  for (int s = 0; s < 3; s++) {
     o.strategy = strategies[s];
     o.path = paths[s];
     ss_knn_stats st;
@@ -79,6 +79,7 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
     int few = ss_knn_candidates(c->k, c->n) <= SS_KNN_FUSED_MAX_CANDIDATES;
     int applies = paths[s] == SS_KNN_PATH_FUSED ? few && c->d <= SS_KNN_FUSED_MAX_DIM : 1;
     if (paths[s] != SS_KNN_PATH_AUTO) assert_int_equal(st.path, applies ? paths[s] : SS_KNN_PATH_GEMM);
+    assert_int_equal(st.strategy, SS_KNN_WARP);
     assert_int_equal(diff, 0);
   }
   ss_knn_index_free(cx);
@@ -130,20 +131,60 @@ static void cpu_gpu_identical(void **state) {
       {4000, 300, 3, 25, 4096, 65536, 1, 0},      /* {0,1,2}: seeds and thresholds at ties, block scans */
       {3000, 100, 300, 10, 4096, 65536, 0, 0},    /* d > 256: fused forced falls back to the tiled path */
       {60, 33, 7, 52, 4096, 65536, 0, 0},         /* K' = n = 60 < one tile: no seed, trivially certified */
-      /* grid-like shapes with d <= 64 (added for the single-kernel small path, removed in brief K5): */
+      /* grid-like shapes with d <= 64: */
       {2048, 1200, 64, 25, 4096, 65536, 0, 0},    /* the grid's 2^11, d 64: D = 64, float4 rows */
       {1000, 13, 41, 50, 4096, 65536, 0, 0},      /* K' = 64, d odd above 32, n off the 256-reference tile */
       {300, 9, 33, 30, 4096, 65536, 1, 0},        /* {0,1,2}: seed ties, block scans of a partial block */
       {4096, 2100, 8, 10, 4096, 65536, 0, 0},     /* fused: the filter path in one batch of 17 query tiles */
-      /* the TF32 filter path (session 8): small n, the three-kernel seed, ties */
+      /* the TF32 filter path: small n, the three-kernel seed, ties */
       {2048, 300, 64, 25, 4096, 65536, 0, 0},     /* n d beyond k_fused_small: 512 samples of 2,048 */
       {20000, 150, 256, 25, 4096, 65536, 0, 0},   /* 1,250 samples at d 256: the seed in three kernels */
       {1500, 200, 100, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties at every threshold, lists over capacity */
-      /* the staged candidate rows of balanced k_fused_small blocks (session 13; 32 < d <= 64, d % 4 = 0): */
+      /* the staged candidate rows of balanced k_fused_small blocks (32 < d <= 64, d % 4 = 0): */
       {1000, 1200, 44, 25, 4096, 65536, 0, 0},    /* rows of 11 float4s, n off the tile, two passes where P > 32 */
       {1000, 1200, 36, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties, overflowing lists skip the stage for the scan */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
+}
+
+/* kmin and bitonic name the tiled path's warp queue: with path auto they force the tiled path, report the warp
+ * queue and give the CPU's answer (one reference tile: n > 4096 selects with k_select_warp, n <= 4096 with the
+ * selection-and-finish kernel). */
+static void strategy_names_run_warp(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_backend cpu = open_be(SS_DEVICE_CPU), gpu = open_be(SS_DEVICE_CUDA);
+  const int64_t ns[] = {5000, 3000}, m = 300, d = 16, k = 25;
+  int64_t *ci = malloc(sizeof(int64_t) * m * k), *gi = malloc(sizeof(int64_t) * m * k);
+  double *cd = malloc(sizeof(double) * m * k), *gd = malloc(sizeof(double) * m * k);
+  for (int c = 0; c < 2; c++) {
+    float *ref = random_points(ns[c], d, 71 + 2 * (uint64_t)c, 0), *q = random_points(m, d, 72 + 2 * (uint64_t)c, 0);
+    ss_knn_index *cx, *gx;
+    assert_int_equal(ss_knn_index_create(&ctx, &cpu, ref, ns[c], d, &cx), SS_OK);
+    assert_int_equal(ss_knn_index_create(&ctx, &gpu, ref, ns[c], d, &gx), SS_OK);
+    ss_knn_opts o = {.k = k, .query_tile = 4096, .ref_tile = 65536};
+    assert_int_equal(ss_knn_search(&ctx, cx, &o, q, m, ci, cd, NULL), SS_OK);
+    const int names[] = {SS_KNN_KMIN, SS_KNN_BITONIC};
+    for (int s = 0; s < 2; s++) {
+      o.strategy = names[s];
+      ss_knn_stats st;
+      if (ss_knn_search(&ctx, gx, &o, q, m, gi, gd, &st) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+      int64_t diff = 0;
+      for (int64_t i = 0; i < m * k; i++) diff += ci[i] != gi[i] || cd[i] != gd[i];
+      printf("n %lld, --strategy %s: %s path, %s, %lld differences\n", (long long)ns[c], ss_knn_strategy_name(names[s]),
+             path_name(st.path), ss_knn_strategy_name(st.strategy), (long long)diff);
+      assert_int_equal(st.path, SS_KNN_PATH_GEMM);
+      assert_int_equal(st.strategy, SS_KNN_WARP);
+      assert_int_equal(diff, 0);
+    }
+    ss_knn_index_free(cx);
+    ss_knn_index_free(gx);
+    free(ref), free(q);
+  }
+  free(ci), free(gi), free(cd), free(gd);
+  ss_backend_close(&cpu);
+  ss_backend_close(&gpu);
 }
 
 /* The device-resident entry: queries and outputs on the device, same answer as the CPU. */
@@ -357,6 +398,7 @@ int main(void) {
   ss_test_require_gpu();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(cpu_gpu_identical),
+      cmocka_unit_test(strategy_names_run_warp),
       cmocka_unit_test(device_entry_identical),
       cmocka_unit_test(repeated_searches_identical),
       cmocka_unit_test(incremental_identical),

@@ -1,11 +1,11 @@
-/* knn.h — k-nearest-neighbour search and classification (DESIGN §8, docs/knn.md), CPU and CUDA.
+/* knn.h — k-nearest-neighbour search and classification (docs/knn.md), CPU and CUDA.
  *
  * Two stages, the same on both backends:
  *  1. candidates: squared L2 distances ‖x‖² + ‖y‖² − 2x·y in float on data centred by the
  *     reference mean (clamped at 0), tiled over queries and references; the K' = k + margin
  *     smallest by (approximate distance, index) are kept per query. On the GPU the cross term is
- *     a cuBLAS SGEMM per tile and the selection is k-pass minimum, bitonic sort or a warp queue
- *     (or one fused distance-and-selection kernel, ss_knn_opts.path).
+ *     a cuBLAS SGEMM per tile and the selection a warp queue (the tiled path), or tensor-core distances and
+ *     the selection run fused, with no distance matrix in memory (the fused path; ss_knn_opts.path).
  *  2. exact re-rank: the candidates' distances are recomputed exactly as ss_knn_exact_dist()
  *     (double precision, fixed order, no fused multiply-add: bit-identical on CPU and GPU), sorted
  *     by (exact distance, index) and cut to k. A certificate — the K'-th approximate distance minus
@@ -54,7 +54,7 @@ extern "C" {
  * difference, square and sum one correctly rounded double operation, in a fixed order: SS_KNN_EXACT_LANES
  * partial sums (partial l: the coordinates j ≡ l mod SS_KNN_EXACT_LANES, in increasing j), then combined
  * pairwise, s_l = s_l + s_(l+o) for o = 16, 8, 4, 2, 1 (l < o); the result is s_0. A warp computes it with
- * one coordinate per lane and coalesced row loads (stages/knn/knn.cu warp_exact_group); the chain of dependent
+ * one coordinate per lane and coalesced row loads (stages/knn/knn_common.cuh warp_exact_group); the chain of dependent
  * additions is d / 32 + 5 long instead of d. Partials beyond d are exact zeros (x + 0 = x for x >= +0), so
  * the C side skips them. Device code uses the _rn intrinsics so that nvcc cannot contract them into FMAs
  * (the C side is built as ISO C11, where GCC does not contract either). */
@@ -109,9 +109,10 @@ SS_KNN_HD int64_t ss_knn_candidates(int64_t k, int64_t n) {
 
 /* GPU path: the fused path (no distance matrix in memory: one kernel up to 2,048 references, beyond it the
  * filter path's seed, filter and list finish; tensor-core (TF32) distances with their own error bound; K' <=
- * SS_KNN_FUSED_MAX_CANDIDATES and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path
- * (cuBLAS SGEMM tiles + a selection kernel), or auto — where the fused path applies and n <= 65,536, the faster of the two, timed
- * on the first search of each size class and remembered; the tiled path beyond (docs/knn.md). */
+ * SS_KNN_FUSED_MAX_CANDIDATES and d <= SS_KNN_FUSED_MAX_DIM, else the tiled path runs), the tiled path (cuBLAS
+ * SGEMM tiles + the warp queue), or auto — where the fused path applies and n <= 65,536, the faster of the two,
+ * timed on the index's first search of each size class and remembered by the index; the tiled path beyond
+ * (docs/knn.md). */
 typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_knn_path;
 #define SS_KNN_FUSED_MAX_CANDIDATES 64
 #define SS_KNN_FUSED_MAX_DIM 256 /* the fused kernel keeps its queries' d coordinates in shared memory */
@@ -119,29 +120,32 @@ typedef enum { SS_KNN_PATH_AUTO = 0, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM } ss_kn
 typedef struct {
   int64_t k;
   int path;           /* ss_knn_path (GPU) */
-  int strategy;       /* ss_knn_strategy; the CPU always selects with a heap */
+  int strategy;       /* ss_knn_strategy (GPU): auto, or a k-selection, which forces the tiled path when path is
+                         auto; every k-selection runs the warp queue (kmin and bitonic are accepted as its
+                         names). The CPU always selects with a heap */
   int64_t query_tile; /* queries per distance tile (GPU) */
   int64_t ref_tile;   /* references per distance tile (GPU) */
   int gemm_only;      /* benchmark hook: run only the tiled distance GEMM; outputs untouched
                          (SS_KNN_GEMM_ONLY_GRAPH: the same SGEMM calls replayed as one CUDA graph) */
   int64_t warp_chunk; /* benchmark hook (GPU warp queue): fewest references per chunk; 0 = the built-in
-                         4096 (stages/knn/knn.cu kWarpMinChunk); for the one-tile selection-and-finish kernel (K'
-                         <= 64) the references per warp, 0 = 4096 (kSfChunk). Not a parameter: it only
-                         moves the speed */
+                         4096 (stages/knn/knn_tiled.cu kWarpMinChunk); for the one-tile selection-and-finish
+                         kernel (K' <= 64) the references per warp, 0 = 4096 (kSfChunk). Not a parameter: it
+                         only moves the speed */
 } ss_knn_opts;
 #define SS_KNN_GEMM_ONLY_GRAPH 2
 
 typedef struct {
   int64_t candidates;  /* K' per query */
   int64_t fallbacks;   /* queries answered by the exact full scan (no certificate) */
-  int strategy;        /* the GPU strategy that ran (auto resolved); SS_KNN_AUTO on the CPU */
+  int strategy;        /* the GPU k-selection that ran (SS_KNN_WARP); SS_KNN_AUTO on the CPU */
   int path;            /* the GPU path that ran (ss_knn_path, auto resolved) */
   int64_t query_tile, ref_tile; /* GPU tiles used */
   int graph;           /* 1: the GPU search was launched as a CUDA graph (repeated one-tile searches) */
 } ss_knn_stats;
 
 /* A reference set prepared for searches. `ref` is borrowed: it must outlive the index. The fields
- * are private to stages/knn/knn.c and stages/knn/knn.cu. */
+ * are private to stages/knn/ (knn.c; the device state: knn_index.cu). An index serves one search at a
+ * time: its work buffers, CUDA graphs and the `auto` path's choices are its own. */
 typedef struct ss_knn_index {
   const ss_backend *be;
   int64_t n, d;
@@ -150,7 +154,7 @@ typedef struct ss_knn_index {
   float *ref_c;       /* CPU: n × d centred */
   float *ref_norm;    /* CPU: n squared centred norms */
   double ref_norm_max; /* max Euclidean centred norm */
-  void *cuda;         /* device state (stages/knn/knn.cu) */
+  void *cuda;         /* device state (stages/knn/knn_common.cuh knn_dev) */
 } ss_knn_index;
 
 void ss_knn_opts_from_params(ss_knn_opts *o, const ss_params *p);
@@ -198,19 +202,20 @@ ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
 /* Device-resident search (the live-mode assignment stage's entry): d_query (m × d, original
  * coordinates) and the outputs d_idx (m × k), d_dist (m × k, may be NULL), d_certified (m: 1 =
  * certified, 0 = answered by the exact scan on the device) are device pointers. Everything is
- * queued on the backend stream with no host synchronisation, except on the first call of a size
- * (work-buffer growth; `auto` strategy calibration of the tiled path). The result contract is the
- * same as ss_knn_search's; stats->fallbacks is not filled (it would need the flags on the host).
- * With o->gemm_only (benchmark hook) only the distance SGEMM tiles run, on d_query as given. */
+ * queued on the backend stream with no host synchronisation, except on an index's first call of a size
+ * (work-buffer growth; the `auto` path's measurement of the fused against the tiled path). The result
+ * contract is the same as ss_knn_search's; stats->fallbacks is not filled (it would need the flags on the
+ * host). With o->gemm_only (benchmark hook) only the distance SGEMM tiles run, on d_query as given.
+ * An index serves one search at a time. */
+ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query,
+                                    int64_t m, int32_t *d_idx, double *d_dist, uint8_t *d_certified,
+                                    ss_knn_stats *stats);
 /* Benchmark hook: the median over `repeats` (after one warm-up call) of the GPU time of one
  * ss_knn_cuda_search_device call, between CUDA events on the backend stream (host launch overhead
  * included wherever the GPU waits for it). */
 ss_status ss_knn_cuda_time_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query, int64_t m,
                                   int32_t *d_idx, double *d_dist, uint8_t *d_certified, int repeats, double *median_s,
                                   ss_knn_stats *stats);
-ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query,
-                                    int64_t m, int32_t *d_idx, double *d_dist, uint8_t *d_certified,
-                                    ss_knn_stats *stats);
 
 /* The CSV layout of the stand-alone tool: a first line "numels,newels,classes,dim" (four integers;
  * a line with those literal names before it is skipped), then numels + newels rows of dim
