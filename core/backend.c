@@ -31,11 +31,19 @@ const char *ss_device_kind_name(ss_device_kind kind) {
 
 int ss_backend_cuda_built(void) { return SS_HAVE_CUDA; }
 
+/* Why a build without the backend has no device: said the same way everywhere (`info`, `auto`'s log,
+ * ss_cuda_not_built). */
+static const char not_built[] = "this build has no CUDA backend; rebuild with the CUDA toolkit, see docs/architecture.md";
+
+ss_status ss_cuda_not_built(ss_ctx *ctx, const char *what) {
+  return ss_fail(ctx, SS_ERR_UNSUPPORTED, "%s: no CUDA device available (%s)", what, not_built);
+}
+
 int ss_backend_gpu_count(char *why, size_t why_len) {
 #if SS_HAVE_CUDA
   return ss_cuda_device_count(why, why_len);
 #else
-  if (why) snprintf(why, why_len, "this build has no CUDA backend");
+  if (why) snprintf(why, why_len, "%s", not_built);
   return 0;
 #endif
 }
@@ -46,7 +54,7 @@ ss_status ss_backend_gpu_info(ss_ctx *ctx, int index, ss_gpu_info *info) {
 #else
   (void)index;
   memset(info, 0, sizeof(*info));
-  return ss_fail(ctx, SS_ERR_UNSUPPORTED, "this build has no CUDA backend (configure with SPIKESTREAM_CUDA=ON)");
+  return ss_cuda_not_built(ctx, "GPU information");
 #endif
 }
 
@@ -69,9 +77,9 @@ ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, 
   char why[256] = "";
   int count = ss_backend_gpu_count(why, sizeof(why));
   if (count == 0) {
+    if (requested == SS_DEVICE_CUDA && !ss_backend_cuda_built()) return ss_cuda_not_built(ctx, "--device cuda");
     if (requested == SS_DEVICE_CUDA)
-      return ss_fail(ctx, ss_backend_cuda_built() ? SS_ERR_DEVICE : SS_ERR_UNSUPPORTED,
-                     "--device cuda: no CUDA device available (%s)", why);
+      return ss_fail(ctx, SS_ERR_DEVICE, "--device cuda: no CUDA device available (%s)", why);
     ss_log_info(ctx, "device auto: no CUDA device (%s); using the CPU backend with %d thread(s)", why,
                 be->n_threads);
     return SS_OK;

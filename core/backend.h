@@ -43,6 +43,10 @@ const char *ss_device_kind_name(ss_device_kind kind);
 
 /* 1 when this build contains the CUDA backend. */
 int ss_backend_cuda_built(void);
+/* The one answer when CUDA is asked of a build without the backend (every CUDA entry point of such a
+ * build, drivers/cuda_off.c, and `--device cuda`): records "<what>: no CUDA device available (this
+ * build has no CUDA backend; ...)" and returns SS_ERR_UNSUPPORTED (exit 3). */
+ss_status ss_cuda_not_built(ss_ctx *ctx, const char *what);
 /* Number of usable CUDA devices (0 without the backend, a driver or a device). When there are none,
  * `why` (if not NULL) receives the reason. Never fails. */
 int ss_backend_gpu_count(char *why, size_t why_len);

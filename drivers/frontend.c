@@ -416,11 +416,7 @@ ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
   if (chunk < 1) chunk = 1;
   model->chunk_samples = chunk;
   if (st == SS_OK && be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
     st = ss_frontend_chunks_cuda(ctx, be, &fs, src, &acc, model);
-#else
-    st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "front end: this build has no CUDA backend");
-#endif
   } else if (st == SS_OK) {
     st = run_chunks(ctx, be, &fs, src, chunk, &acc, model);
   }

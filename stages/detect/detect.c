@@ -99,6 +99,8 @@ ss_status ss_spike_list_append(ss_ctx *ctx, ss_spike_list *dst, const ss_spike_l
   if (src->n_channels != dst->n_channels || src->n_wave != dst->n_wave ||
       (dst->keep_waveforms && !src->keep_waveforms))
     return ss_fail(ctx, SS_ERR_INTERNAL, "spike list: appending a table of another shape");
+  dst->n_truncated += src->n_truncated;
+  if (src->n == 0) return SS_OK; /* an empty table's arrays may be NULL: nothing to copy */
   SS_TRY(spike_list_reserve(ctx, dst, dst->n + src->n));
   size_t n = (size_t)src->n, d = (size_t)dst->n, C = (size_t)dst->n_channels;
   memcpy(dst->time_samples + d, src->time_samples, n * sizeof(int64_t));
@@ -109,7 +111,6 @@ ss_status ss_spike_list_append(ss_ctx *ctx, ss_spike_list *dst, const ss_spike_l
   if (dst->keep_waveforms)
     memcpy(dst->waveforms + d * C * (size_t)dst->n_wave, src->waveforms, n * C * (size_t)dst->n_wave * sizeof(float));
   dst->n += src->n;
-  dst->n_truncated += src->n_truncated;
   return SS_OK;
 }
 
@@ -346,12 +347,7 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
 ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
                               const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
                               ss_detect_work *w, ss_spike_list *out) {
-  if (be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
+  if (be && be->kind == SS_DEVICE_CUDA)
     return ss_detect_block_cuda(ctx, be, cfg, g, th, blk, out); /* the CPU scratch w is not needed */
-#else
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "detect: the CUDA detection is not available: built without CUDA");
-#endif
-  }
   return ss_detect_block_cpu(ctx, cfg, g, th, blk, w, out);
 }

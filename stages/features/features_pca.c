@@ -208,12 +208,6 @@ ss_status ss_pca_project_cpu(ss_ctx *ctx, const ss_pca *pca, const float *wavefo
 
 ss_status ss_pca_project(ss_ctx *ctx, const ss_backend *be, const ss_pca *pca, const float *waveforms, int64_t n,
                          float *features) {
-  if (be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
-    return ss_pca_project_cuda_host(ctx, be, pca, waveforms, n, features);
-#else
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "features: the CUDA projection is not available: built without CUDA");
-#endif
-  }
+  if (be && be->kind == SS_DEVICE_CUDA) return ss_pca_project_cuda_host(ctx, be, pca, waveforms, n, features);
   return ss_pca_project_cpu(ctx, pca, waveforms, n, features);
 }

@@ -17,9 +17,6 @@
 #define SS_FILTER_PI 3.14159265358979323846
 /* Poles closer than this to the real axis are treated as real when pairing sections. */
 #define SS_FILTER_REAL_TOL 1e-9
-#if !SS_HAVE_CUDA
-#define SS_FILTER_NO_CUDA "filter: the CUDA filter is not available: built without CUDA"
-#endif
 
 ss_status ss_filter_design(ss_ctx *ctx, int order, double low_hz, double high_hz, double rate_hz, ss_filter *out) {
   memset(out, 0, sizeof(*out));
@@ -233,13 +230,7 @@ ss_status ss_filter_zero_phase_cpu(ss_ctx *ctx, const ss_filter *f, const float 
 
 ss_status ss_filter_zero_phase(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *in,
                                int64_t n_rows, int n_channels, float *out) {
-  if (be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
-    return ss_filter_zero_phase_cuda_host(ctx, be, f, in, n_rows, n_channels, out);
-#else
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, SS_FILTER_NO_CUDA);
-#endif
-  }
+  if (be && be->kind == SS_DEVICE_CUDA) return ss_filter_zero_phase_cuda_host(ctx, be, f, in, n_rows, n_channels, out);
   return ss_filter_zero_phase_cpu(ctx, f, in, n_rows, n_channels, out);
 }
 
@@ -266,13 +257,7 @@ ss_status ss_filter_causal_cpu(ss_ctx *ctx, const ss_filter *f, ss_filter_state 
 
 ss_status ss_filter_causal(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st,
                            const float *in, int64_t n_rows, float *out) {
-  if (be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
-    return ss_filter_causal_cuda_host(ctx, be, f, st, in, n_rows, out);
-#else
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, SS_FILTER_NO_CUDA);
-#endif
-  }
+  if (be && be->kind == SS_DEVICE_CUDA) return ss_filter_causal_cuda_host(ctx, be, f, st, in, n_rows, out);
   return ss_filter_causal_cpu(ctx, f, st, in, n_rows, out);
 }
 
@@ -301,12 +286,6 @@ ss_status ss_filter_common_median_cpu(ss_ctx *ctx, float *x, int64_t n_rows, int
 
 ss_status ss_filter_common_median(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows, int n_channels,
                                   const int *use) {
-  if (be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
-    return ss_filter_common_median_cuda_host(ctx, be, x, n_rows, n_channels, use);
-#else
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, SS_FILTER_NO_CUDA);
-#endif
-  }
+  if (be && be->kind == SS_DEVICE_CUDA) return ss_filter_common_median_cuda_host(ctx, be, x, n_rows, n_channels, use);
   return ss_filter_common_median_cpu(ctx, x, n_rows, n_channels, use);
 }

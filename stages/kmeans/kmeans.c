@@ -372,12 +372,6 @@ ss_status ss_kmeans_cpu_assign(ss_ctx *ctx, const ss_backend *be, const ss_kmean
 
 /* --- initialisation and dispatch ------------------------------------------------------------------ */
 
-#if !SS_HAVE_CUDA
-static ss_status no_cuda(ss_ctx *ctx) {
-  return ss_fail(ctx, SS_ERR_UNSUPPORTED, "kmeans: the CUDA backend is not available: built without CUDA");
-}
-#endif
-
 /* k distinct points drawn uniformly (rejection against a mark per point). */
 static ss_status random_init(ss_ctx *ctx, const ss_kmeans_problem *pb, uint64_t seed, float *centroids_c) {
   unsigned char *taken;
@@ -404,14 +398,7 @@ static ss_status init_centred(ss_ctx *ctx, const ss_backend *be, const ss_kmeans
     return SS_OK;
   }
   if (o->init == SS_KMEANS_INIT_RANDOM) return random_init(ctx, pb, o->seed, centroids_c);
-  if (be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
-    return ss_kmeans_gpu_pp(ctx, g, o->seed, centroids_c);
-#else
-    (void)g;
-    return no_cuda(ctx);
-#endif
-  }
+  if (be->kind == SS_DEVICE_CUDA) return ss_kmeans_gpu_pp(ctx, g, o->seed, centroids_c);
   return ss_kmeans_cpu_pp(ctx, be, pb, o->seed, centroids_c);
 }
 
@@ -426,9 +413,7 @@ static ss_status run(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem 
   SS_TRY(SS_ALLOC(ctx, init_c, (size_t)(pb->k * pb->d), "k-means initial centroids"));
   ss_kmeans_gpu *g = NULL;
   ss_status st = SS_OK;
-#if SS_HAVE_CUDA
   if (be->kind == SS_DEVICE_CUDA) st = ss_kmeans_gpu_open(ctx, be, pb, &g);
-#endif
   if (st == SS_OK) st = init_centred(ctx, be, pb, o, g, init_c);
   if (st == SS_OK && init_out) {
     memcpy(init_out, init_c, sizeof(float) * (size_t)(pb->k * pb->d));
@@ -437,19 +422,13 @@ static ss_status run(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem 
   if (st == SS_OK && res) {
     st = ss_kmeans_result_alloc(ctx, pb, res);
     if (st == SS_OK) {
-#if SS_HAVE_CUDA
       st = be->kind == SS_DEVICE_CUDA ? ss_kmeans_gpu_lloyd(ctx, g, init_c, res)
                                       : ss_kmeans_cpu_lloyd(ctx, be, pb, init_c, res);
-#else
-      st = be->kind == SS_DEVICE_CUDA ? no_cuda(ctx) : ss_kmeans_cpu_lloyd(ctx, be, pb, init_c, res);
-#endif
       if (st == SS_OK) uncentre(pb, res->centroids);
       else ss_kmeans_result_free(res);
     }
   }
-#if SS_HAVE_CUDA
   ss_kmeans_gpu_close(g);
-#endif
   free(init_c);
   return st;
 }
@@ -501,14 +480,10 @@ ss_status ss_kmeans_assign(ss_ctx *ctx, const ss_backend *be, const float *centr
   for (int64_t e = 0; e < k * d; e++) cent_c[e] = ss_km_centred(centroids[e], pb.shift[e % d]);
   ss_status st;
   if (be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
     ss_kmeans_gpu *g = NULL;
     st = ss_kmeans_gpu_open(ctx, be, &pb, &g);
     if (st == SS_OK) st = ss_kmeans_gpu_assign(ctx, g, cent_c, labels, dist);
     ss_kmeans_gpu_close(g);
-#else
-    st = no_cuda(ctx);
-#endif
   } else {
     st = ss_kmeans_cpu_assign(ctx, be, &pb, cent_c, labels, dist);
   }

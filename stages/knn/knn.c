@@ -121,11 +121,7 @@ ss_status ss_knn_index_create(ss_ctx *ctx, const ss_backend *be, const float *re
   if (st == SS_OK) st = index_mean(ctx, ix);
   if (st == SS_OK) {
     if (be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
       st = ss_knn_cuda_index_create(ctx, ix);
-#else
-      st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "knn: this build has no CUDA backend (built without CUDA)");
-#endif
     } else {
       st = index_cpu_prepare(ctx, ix);
     }
@@ -140,9 +136,7 @@ ss_status ss_knn_index_create(ss_ctx *ctx, const ss_backend *be, const float *re
 
 void ss_knn_index_free(ss_knn_index *ix) {
   if (!ix) return;
-#if SS_HAVE_CUDA
   if (ix->cuda) ss_knn_cuda_index_free(ix);
-#endif
   free(ix->mean);
   free(ix->ref_c);
   free(ix->ref_norm);
@@ -252,7 +246,6 @@ ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
 
 /* ---- dispatch --------------------------------------------------------------------------------- */
 
-#if SS_HAVE_CUDA
 static ss_status cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
                              int64_t *idx, double *dist, ss_knn_stats *stats) {
   uint8_t *cert;
@@ -266,7 +259,6 @@ static ss_status cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   free(cert);
   return st;
 }
-#endif
 
 ss_status ss_knn_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,
                         int64_t *idx, double *dist, ss_knn_stats *stats) {
@@ -276,11 +268,7 @@ ss_status ss_knn_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
                    (long long)ix->n);
   if (stats) memset(stats, 0, sizeof(*stats));
   if (m == 0) return SS_OK;
-  if (ix->be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
-    return cuda_search(ctx, ix, o, query, m, idx, dist, stats);
-#endif
-  }
+  if (ix->be->kind == SS_DEVICE_CUDA) return cuda_search(ctx, ix, o, query, m, idx, dist, stats);
   return ss_knn_cpu_search(ctx, ix, o, query, m, idx, dist, stats);
 }
 

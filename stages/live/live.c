@@ -152,13 +152,9 @@ ss_status ss_live_engine_open(ss_ctx *ctx, const ss_backend *be, const ss_live_m
     e->knn_opts.k = o->k;
     st = ss_knn_index_create(ctx, be, m->ref_features, m->n_ref, e->F, &e->knn);
   }
-#if SS_HAVE_CUDA
   if (st == SS_OK && on_gpu)
     st = ss_live_cuda_open(ctx, be, m, &e->cfg, o->masked_distance, e->knn, (ss_live_wait)o->gpu_wait, &e->laps,
                            &e->gpu);
-#else
-  if (st == SS_OK && on_gpu) st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "live: the CUDA path: built without CUDA");
-#endif
   e->fresh = 1;
   e->max_pending = llround(SS_LIVE_MAX_PENDING_MS * m->rate_hz / 1000.0);
   if (st != SS_OK) {
@@ -185,9 +181,7 @@ void ss_live_engine_close(ss_live_engine *e) {
   free(e->labels);
   free(e->best);
   free(e->order);
-#if SS_HAVE_CUDA
   ss_live_cuda_close(e->gpu);
-#endif
   if (e->knn) ss_knn_index_free(e->knn);
   free(e);
 }
@@ -197,17 +191,13 @@ void ss_live_reset(ss_live_engine *e) {
   e->buf0 = e->buf_n = e->own_from = e->strong_scanned = e->pending = e->n_done = 0;
   e->arr_n = 0;
   e->fresh = 1;
-#if SS_HAVE_CUDA
   if (e->gpu) ss_live_cuda_reset(e->gpu);
-#endif
 }
 
 void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) {
   *out = e->stats;
-#if SS_HAVE_CUDA
   int64_t direct;
   if (e->gpu) ss_live_cuda_counts(e->gpu, &out->graph_pushes, &direct, &out->device_waits);
-#endif
 }
 
 void ss_live_last_push(const ss_live_engine *e, ss_live_push_trace *out) { *out = e->trace; }
@@ -292,7 +282,6 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
   const int C = e->C;
   const ss_live_model *m = e->m;
   SS_TRY(grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
-#if SS_HAVE_CUDA
   if (e->gpu) {
     SS_TRY(ss_live_cuda_append(ctx, e->gpu, buffer_trim(e), rows, n, want_flag, strong));
     e->buf_n += n;
@@ -300,7 +289,6 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
     e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
     return SS_OK;
   }
-#endif
   SS_TRY(grow(ctx, (void **)&e->scaled, &e->scaled_cap, n * C, SS_LIVE_MIN_ROWS * C, sizeof(float), "live block"));
   for (int64_t t = 0; t < n; t++)
     for (int c = 0; c < C; c++) e->scaled[t * C + c] = (float)(rows[t * C + c] * m->uv_per_step[c] + m->offset_uv);
@@ -500,7 +488,6 @@ static ss_status find_cpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
   return SS_OK;
 }
 
-#if SS_HAVE_CUDA
 /* The same from the device's one detection (the rules of find_cpu), which also gives every spike's
  * label. */
 static ss_status find_gpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
@@ -523,16 +510,13 @@ static ss_status find_gpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
   for (int64_t i = 0; i < f.n; i++) e->complete[i] = !final_only || f.last_row[i] < e->buf_n - e->m->join_size;
   return SS_OK;
 }
-#endif
 
 /* Report every spike first-noded after own_from that is final and not reported yet: its component
  * is complete and the rows its waveform reads have arrived. At the end of the stream (final_only = 0)
  * every component is final. e->pending counts the spikes left for later. */
 static ss_status emit_final(ss_ctx *ctx, ss_live_engine *e, int final_only, ss_live_emit_fn emit, void *user) {
   const int64_t R = e->buf0 + e->buf_n;
-#if SS_HAVE_CUDA
   if (e->gpu) SS_TRY(find_gpu(ctx, e, final_only));
-#endif
   if (!e->gpu) SS_TRY(find_cpu(ctx, e, final_only));
   const ss_spike_list *l = e->found;
   if (e->laps.tr) {

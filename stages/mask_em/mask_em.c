@@ -1,4 +1,4 @@
-/* mask_em.c — the masked EM driver (MASKED_EM.md §4–6): starts, the iteration loop (full step,
+/* mask_em.c — the masked EM driver (docs/mask_em.md): starts, the iteration loop (full step,
  * deletion, scheduled split rounds), convergence and cycle detection, the per-iteration log, and
  * the backend dispatch. The steps themselves live in mask_em_step.c, mask_em_state.c and
  * mask_em_split.c; preprocessing in mask_em_prep.c. */
@@ -302,28 +302,6 @@ ss_status ss_mask_em_fit(ss_ctx *ctx, const ss_backend *be, const float *x, cons
   if (be->kind == SS_DEVICE_CUDA) return ss_mask_em_fit_cuda(ctx, be, x, m, n, d, o, res);
   return ss_mask_em_fit_cpu(ctx, be->n_threads, x, m, n, d, o, res);
 }
-
-#if !SS_HAVE_CUDA
-#define NO_CUDA "masked EM on CUDA: this build has no CUDA backend (use --device cpu)"
-ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n,
-                              int64_t d, const ss_mask_em_opts *o, ss_mask_em_result *res) {
-  (void)be, (void)x, (void)m, (void)n, (void)d, (void)o;
-  memset(res, 0, sizeof(*res));
-  return ss_fail(ctx, SS_ERR_UNSUPPORTED, NO_CUDA);
-}
-ss_status ss_mask_em_cuda_trace(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *data,
-                                const ss_mask_em_opts *o, const int32_t *start, int64_t k, int64_t iterations,
-                                ss_mask_em_snapshot *snap, int32_t *labels_out) {
-  (void)be, (void)data, (void)o, (void)start, (void)k, (void)iterations, (void)snap, (void)labels_out;
-  return ss_fail(ctx, SS_ERR_UNSUPPORTED, NO_CUDA);
-}
-ss_status ss_mask_em_cuda_profile_iteration(ss_ctx *ctx, const ss_backend *be, const ss_mask_em_data *data,
-                                            const ss_mask_em_opts *o, const int32_t *start, int64_t k, int reps,
-                                            ss_mask_em_cuda_profile *prof) {
-  (void)be, (void)data, (void)o, (void)start, (void)k, (void)reps, (void)prof;
-  return ss_fail(ctx, SS_ERR_UNSUPPORTED, NO_CUDA);
-}
-#endif
 
 void ss_mask_em_snapshot_free(ss_mask_em_snapshot *s) {
   free(s->count);

@@ -1,7 +1,7 @@
-/* mask_em.h — masked EM clustering (KlustaKwik's algorithm) as specified by MASKED_EM.md: the CPU
+/* mask_em.h — masked EM clustering (KlustaKwik's algorithm; docs/mask_em.md): the CPU
  * reference implementation and the backend-dispatching entry point, plus the per-step functions
  * (preprocessing, M-step, E-step, C-step, penalty, deletion, split round) exposed so that tests and
- * the CUDA twin (issue 6) can compare the state after every step.
+ * the CUDA twin (mask_em*.cu) can compare the state after every step.
  *
  * Conventions: N points, D features, cluster 0 is the noise cluster, Gaussian clusters 1..K−1.
  * Labels are int32 cluster indices (0 = noise). The input x, m are N × D row-major float32.
@@ -60,7 +60,7 @@ typedef struct {
 /* Copy the mask_em section and the seed; resolve the preset (fast: K0 = fast_starting_clusters). */
 void ss_mask_em_opts_from_params(ss_mask_em_opts *o, const ss_params *p);
 
-/* ---- preprocessed data (MASKED_EM.md §2) --------------------------------------------------------- */
+/* ---- preprocessed data ----------------------------------------------------------------------------- */
 
 typedef struct {
   int64_t n, d, nnz;
@@ -148,7 +148,7 @@ ss_status ss_mask_em_state_set_k(ss_ctx *ctx, ss_mask_em_state *st, int64_t k);
 /* Drop Gaussian clusters with no points, renumbering the rest in order (labels updated). */
 void ss_mask_em_compact(ss_mask_em_state *st);
 
-/* M-step (MASKED_EM.md §4) on st->labels: counts, weights with pseudo-counts, cluster masks, means,
+/* M-step on st->labels: counts, weights with pseudo-counts, cluster masks, means,
  * blocks and diagonals. Empty Gaussian clusters are marked not alive (compact them first to drop
  * them). */
 ss_status ss_mask_em_mstep(ss_ctx *ctx, ss_mask_em_state *st);
@@ -174,7 +174,7 @@ void ss_mask_em_group(ss_mask_em_state *st);
 
 /* ---- starts ------------------------------------------------------------------------------------ */
 
-/* Mask-pattern start (MASKED_EM.md §6): labels[n] in 1..K−1, *k = K (noise included). */
+/* Mask-pattern start (distinct mask patterns in a seeded order): labels[n] in 1..K−1, *k = K (noise included). */
 ss_status ss_mask_em_start_masks(ss_ctx *ctx, const ss_mask_em_data *data, int64_t k0, uint64_t seed,
                                  int32_t *labels, int64_t *k);
 
@@ -222,7 +222,7 @@ ss_status ss_mask_em_fit_cpu(ss_ctx *ctx, int n_threads, const float *x, const f
                              const ss_mask_em_opts *o, ss_mask_em_result *res);
 void ss_mask_em_result_free(ss_mask_em_result *res);
 
-/* ---- the CUDA twin (stages/mask_em/mask_em.cu; SS_ERR_UNSUPPORTED in a build without CUDA) ----------------- */
+/* ---- the CUDA twin (stages/mask_em/mask_em*.cu; without CUDA, ss_cuda_not_built) ---------------------------- */
 
 /* The whole fit on the device: preprocessing and the start on the host (once), then every step on
  * the device with the data resident; per-iteration scalars and per-cluster vectors come back. */
@@ -261,7 +261,7 @@ ss_status ss_mask_em_cuda_profile_iteration(ss_ctx *ctx, const ss_backend *be, c
                                             const ss_mask_em_opts *o, const int32_t *start, int64_t k, int reps,
                                             ss_mask_em_cuda_profile *prof);
 
-/* The split round on the main problem st (MASKED_EM.md §5). `round` keys the random halves;
+/* The split round on the main problem st (docs/mask_em.md). `round` keys the random halves;
  * `reference` is the score to beat (updated on acceptance); returns tried/accepted counts. */
 ss_status ss_mask_em_split_round(ss_ctx *ctx, ss_mask_em_state *st, ss_mask_em_state *trial, int64_t round,
                                  double *reference, int64_t *tried, int64_t *accepted);

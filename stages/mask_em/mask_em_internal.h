@@ -20,7 +20,7 @@ static inline int ss_em_thread(void) { return 0; }
 extern "C" { /* stages/mask_em/mask_em.cu uses the start helper */
 #endif
 
-/* log(2π): the Gaussian normalisation constant per dimension (MASKED_EM.md §4). */
+/* log(2π): the Gaussian normalisation constant per dimension. */
 #define SS_EM_LOG_2PI 1.8378770664093454836
 
 /* Data point of problem point j. */
@@ -40,7 +40,7 @@ ss_status ss_em_start_labels(ss_ctx *ctx, const ss_mask_em_data *dt, const ss_ma
 /* 64-bit hash of (k, labels) for cycle detection. */
 uint64_t ss_em_labels_hash(const ss_mask_em_state *st);
 
-/* The iteration driver both backends share (MASKED_EM.md §5–6: stop rules, cycle check, split
+/* The iteration driver both backends share (stop rules, cycle check, split
  * schedule); each backend supplies its steps. */
 typedef struct {
   void *self;

@@ -1,4 +1,4 @@
-/* mask_em_prep.c — masked EM preprocessing (MASKED_EM.md §2) and mask-pattern starts (§6):
+/* mask_em_prep.c — masked EM preprocessing and mask-pattern starts (docs/mask_em.md):
  * validation, normalisation to [0, 1], noise statistics with floors, the sparse corrected data
  * (y, η) and k_p; distinct mask patterns visited in a seeded random order. */
 #include <inttypes.h>

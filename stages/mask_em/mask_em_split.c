@@ -1,4 +1,4 @@
-/* mask_em_split.c — the split round of masked EM (MASKED_EM.md §5): for every Gaussian cluster, a
+/* mask_em_split.c — the split round of masked EM (docs/mask_em.md): for every Gaussian cluster, a
  * sub-problem on its points fitted with 1 cluster (S1) and with 2 clusters from a random 50/50
  * assignment (S2); then, in cluster order, the promising splits are tried on the whole data (full
  * M/E/C step) and accepted when they beat the reference score.

@@ -1,6 +1,6 @@
 /* mask_em_state.c — the state of one masked EM problem (main or split sub-problem): allocation,
  * cluster bookkeeping (grouping, compaction), C-step, penalty, score and the exact deletion move
- * (MASKED_EM.md §4). */
+ * (docs/mask_em.md). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

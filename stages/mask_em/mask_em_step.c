@@ -1,4 +1,4 @@
-/* mask_em_step.c — the M-step and the E-step of masked EM (MASKED_EM.md §4) on the sparse data.
+/* mask_em_step.c — the M-step and the E-step of masked EM (docs/mask_em.md) on the sparse data.
  *
  * Sparsity: a point's masked entries (m = 0) have y = ν and η = σ² exactly, so with r = y − ν
  * (zero there) and e = ν − μ every sum splits into a per-cluster constant plus a correction over
@@ -189,7 +189,7 @@ static int estep_prepare(ss_mask_em_state *st, int64_t c) {
   double *Binv = md->block_inv + md->block_off[c];
   const int32_t *uf = md->u_feat + c * d;
   ss_mask_em_coef *cf = md->coef + c * d;
-  memcpy(L, B, sizeof(double) * (size_t)(u * u));
+  if (u > 0) memcpy(L, B, sizeof(double) * (size_t)(u * u)); /* u = 0: B may be NULL (no blocks at all) */
   if (!cholesky(L, u)) return 0;
   double log_det = 0.0, base = 0.0;
   for (int64_t q = 0; q < u; q++) log_det += 2.0 * log(L[q * u + q]);

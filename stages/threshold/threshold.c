@@ -196,13 +196,8 @@ ss_status ss_threshold_compute_cpu(ss_ctx *ctx, const ss_params *p, const ss_sam
 
 ss_status ss_threshold_compute(ss_ctx *ctx, const ss_backend *be, const ss_params *p, const ss_sample_block *blocks,
                                int n_blocks, int n_channels, const int *use, ss_thresholds *out) {
-  if (be && be->kind == SS_DEVICE_CUDA) {
-#if SS_HAVE_CUDA
+  if (be && be->kind == SS_DEVICE_CUDA)
     return ss_threshold_compute_cuda_host(ctx, be, p, blocks, n_blocks, n_channels, use, out);
-#else
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "threshold: the CUDA noise estimate is not available: built without CUDA");
-#endif
-  }
   return ss_threshold_compute_cpu(ctx, p, blocks, n_blocks, n_channels, use, be ? be->n_threads : 1, out);
 }
 
