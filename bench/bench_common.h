@@ -1,5 +1,5 @@
 /* bench_common.h — what every benchmark program shares: a median-of-repeats timer and the JSON
- * result document of DESIGN §10:
+ * result document (bench/README.md):
  *   {"bench", "device", "date", "commit", "host", "cases": [...], "summary": {...}}
  * Benchmarks measure; tests check. A benchmark never asserts a speed. */
 #ifndef SS_BENCH_COMMON_H

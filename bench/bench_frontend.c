@@ -6,7 +6,7 @@
  *   realtime_factor          duration / chunk pass          (headline: summary realtime_factor_*)
  *   end_to_end_realtime      duration / (excerpt + chunk pass) for this recording
  *   projected_1h_realtime    3600 / (excerpt pass + chunk pass scaled to one hour)
- * Writes bench/results/frontend.json (DESIGN §10).
+ * Writes bench/results/frontend.json (layout in bench/README.md).
  *
  * usage: bench_frontend [--seconds S] [--repeats R] [--out FILE] [--tmpdir DIR] */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* bench_jitter.c — how steady is this machine's CPU? A platform probe for the live benchmark (issue #10):
+/* bench_jitter.c — how steady is this machine's CPU? A platform probe for the live benchmark:
  * a thread pinned to one CPU repeats a fixed, dependent chain of integer work (a few µs) for S seconds and
  * times every repetition. On a quiet, dedicated core every repetition takes the same time; a repetition
  * that takes a millisecond is a millisecond in which that CPU did not run this thread (the hypervisor

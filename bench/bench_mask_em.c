@@ -1,4 +1,4 @@
-/* bench_mask_em.c — masked EM, CPU reference vs the CUDA twin (issue 6), on synthetic spike features
+/* bench_mask_em.c — masked EM, CPU reference vs the CUDA twin, on synthetic spike features
  * with realistic masks (stages/mask_em/mask_em_synth.h: 32 channels × 3 = 96 features, 20 units, ~6 unmasked
  * channels per spike):
  *   complete runs  (-s sizes, default 10⁴ and 10⁵): CPU 1 thread, CPU all threads, GPU — total time,

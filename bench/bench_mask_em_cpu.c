@@ -1,4 +1,4 @@
-/* bench_mask_em_cpu.c — the CPU masked EM reference (issue 5): complete runs to convergence on
+/* bench_mask_em_cpu.c — the CPU masked EM reference: complete runs to convergence on
  * synthetic spike features with realistic masks (stages/mask_em/mask_em_synth.h: 32 channels × 3 features,
  * 20 units, ~6 unmasked channels per spike), N = 2·10⁴ and 10⁵, with one thread and with all
  * threads. Each case reports wall time, iterations, time per full iteration, the share of time in

@@ -1,5 +1,5 @@
 """pipeline_cases.py — the cases of bench/run_pipeline.sh (see there): simulate, sort on each device,
-compare, and write the JSON (DESIGN §10 layout: bench, date, machine, cases, summary)."""
+compare, and write the JSON (bench/README.md layout: bench, date, machine, cases, summary)."""
 import datetime
 import json
 import os

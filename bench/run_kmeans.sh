@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_kmeans.sh — the whole k-means benchmark on the GPU machine (issue 9), from the repository root:
+# run_kmeans.sh — the whole k-means benchmark on the GPU machine, from the repository root:
 #   bench/run_kmeans.sh [OUTDIR]      (default: $OUT, else bench/results)
 # Builds bench_kmeans into $BUILD (default /tmp/b) when it is missing, makes the published image —
 # scikit-image's data.astronaut() (512 × 512 RGB, bundled with scikit-image) resized to 256 × 256

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_live.sh — the live-mode benchmark (issue #10): build bench_live and run it; writes OUT/live.json.
+# run_live.sh — the live-mode benchmark: build bench_live and run it; writes OUT/live.json.
 # Each case replays a simulated 30 kHz recording of RECORDING_S seconds (32 channels, or a generated
 # two-column probe) over a UNIX socket in B-ms blocks (latency p50/p99/max, overruns), after an
 # unpaced pass (× real time, which also warms the device); each model comes from a `sort` of its

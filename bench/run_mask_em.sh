@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_mask_em.sh — masked EM CPU vs CUDA on the GPU machine (issue 6), in one call, from the
+# run_mask_em.sh — masked EM CPU vs CUDA on the GPU machine, in one call, from the
 # repository root: builds (RelWithDebInfo, sm_90) in $BUILD (default /tmp/b), runs the GPU test
 # group for masked EM and the CPU test (ctest -V, logs in $OUT), then the benchmark pieces in order
 # of importance, each within what is left of $DEADLINE seconds (so a short lease still returns the

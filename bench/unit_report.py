@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """unit_report.py — where each ground-truth unit's spikes went in a sort, and where each suspicious
-cluster's spikes came from (issue 5 diagnosis). Needs numpy and h5py (Debian: python3-numpy,
+cluster's spikes came from (the diagnosis in docs/accuracy.md). Needs numpy and h5py (Debian: python3-numpy,
 python3-h5py).
 
 usage: unit_report.py RESULTS_H5 GROUND_TRUTH_NWB [--units 3,8] [--clusters 5,7] [--all]

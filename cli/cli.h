@@ -1,14 +1,15 @@
 /* cli.h — the command table and helpers shared by the `spikestream <command>` implementations.
  *
- * Each command lives in src/cli/cmd_<name>.c as `int ss_cmd_<name>(int argc, char **argv, ss_ctx *ctx)`
- * returning the process exit code (DESIGN §5: 0 ok, 1 bad input, 2 usage, 3 runtime). */
+ * Each command lives in cli/cmd_<name>.c as `int ss_cmd_<name>(int argc, char **argv, ss_ctx *ctx)`
+ * returning the process exit code (0 ok, 1 bad input, 2 usage, 3 runtime). */
 #ifndef SS_CLI_H
 #define SS_CLI_H
 
 #include <getopt.h>
 
-#include "io/source.h"
+#include "core/backend.h"
 #include "core/status.h"
+#include "io/source.h"
 
 typedef struct {
   const char *name;
@@ -30,11 +31,14 @@ int ss_cmd_sort(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_replay(int argc, char **argv, ss_ctx *ctx);
 int ss_cmd_live(int argc, char **argv, ss_ctx *ctx);
 
-/* Options every command accepts; handle with ss_cli_common_option() in the getopt loop. */
+/* Options every command accepts; handle with ss_cli_common_option() in the getopt loop. The option
+ * tables are laid out one option a line, by hand. */
+/* clang-format off */
 #define SS_CLI_COMMON_LONGOPTS                         \
   {"help", no_argument, NULL, 'h'},                    \
   {"quiet", no_argument, NULL, 'q'},                   \
   {"log-level", required_argument, NULL, 0x1001}
+/* clang-format on */
 #define SS_CLI_COMMON_SHORTOPTS "hq"
 #define SS_CLI_COMMON_HELP \
   "  -h, --help             this help\n" \
@@ -55,7 +59,7 @@ typedef int (*ss_cli_option_fn)(int opt, const char *arg, void *user);
 int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
                  ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg);
 
-/* --- shared option groups and helpers (src/cli/cli_util.c) ------------------------------------ */
+/* --- shared option groups and helpers (cli/cli_util.c) ---------------------------------------- */
 
 /* Options that describe how to open a recording (io/source.h), shared by every command that reads
  * one. Their values lie outside the letters, so they have no short forms. */
@@ -63,6 +67,7 @@ enum {
   SS_CLI_OPT_SERIES = 0x2001, SS_CLI_OPT_DATASET, SS_CLI_OPT_RATE, SS_CLI_OPT_LAYOUT, SS_CLI_OPT_CHANNELS,
   SS_CLI_OPT_OFFSET, SS_CLI_OPT_UV_PER_STEP, SS_CLI_OPT_FORMAT
 };
+/* clang-format off */
 #define SS_CLI_SOURCE_LONGOPTS                                       \
   {"series", required_argument, NULL, SS_CLI_OPT_SERIES},            \
   {"dataset", required_argument, NULL, SS_CLI_OPT_DATASET},          \
@@ -72,6 +77,7 @@ enum {
   {"offset", required_argument, NULL, SS_CLI_OPT_OFFSET},            \
   {"uv-per-step", required_argument, NULL, SS_CLI_OPT_UV_PER_STEP},  \
   {"format", required_argument, NULL, SS_CLI_OPT_FORMAT}
+/* clang-format on */
 #define SS_CLI_SOURCE_HELP \
   "source options:\n" \
   "  --series NAME     NWB: the ElectricalSeries under /acquisition (default: the first);\n" \
@@ -92,6 +98,8 @@ int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_sp
  * (named without its dashes); 0, or exit code 2 after printing the problem. */
 int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min, double *out);
 int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int64_t *out);
+/* Parse --device (auto|cpu|cuda) into *out: 0, or exit code 2 after printing one line. */
+int ss_cli_device(const char *cmd, const char *arg, ss_ctx *ctx, ss_device_kind *out);
 
 
 /* Print a usage problem ("spikestream CMD: ..." plus a hint) and return 2. */

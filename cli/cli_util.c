@@ -1,5 +1,5 @@
 /* cli_util.c — option groups and small helpers shared by several commands: the source options,
- * number parsing with usage messages, output directories and base names. */
+ * number and device parsing with usage messages. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -29,6 +29,10 @@ int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t mi
     return ss_cli_usage_error(cmd, "--%s: expected an integer >= %" PRId64 ", got \"%s\"", opt, min, arg);
   return ss_cli_usage_error(cmd, "--%s: expected an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"", opt, min,
                             max, arg);
+}
+
+int ss_cli_device(const char *cmd, const char *arg, ss_ctx *ctx, ss_device_kind *out) {
+  return ss_device_kind_parse(ctx, arg, out) == SS_OK ? 0 : ss_cli_finish(cmd, ctx, SS_ERR_USAGE);
 }
 
 /* Parse an enum-like source option value through its parser, reporting as a usage error. */

@@ -23,7 +23,7 @@
 
 static const char usage[] =
     "usage: spikestream cluster BASE SHANK [options]\n\n"
-    "Masked EM clustering (KlustaKwik's algorithm, MASKED_EM.md) of BASE.fet.SHANK with the masks of\n"
+    "Masked EM clustering (KlustaKwik's algorithm) of BASE.fet.SHANK with the masks of\n"
     "BASE.fmask.SHANK; writes BASE.clu.SHANK (line 1: the number of clusters K; then one label per\n"
     "point: 1 = noise, 2..K Gaussian clusters) and the iteration log BASE.klg.SHANK.\n\n"
     "  --param KEY=VALUE      set a parameter (mask_em.X or any dotted path; repeatable)\n"
@@ -123,8 +123,7 @@ static int on_option(int opt, const char *arg, cluster_args *a, ss_ctx *ctx, int
     case 'P': a->params = arg; return 0;
     case 't': if (!parse_int("--threads", arg, 1, &v)) return 2; a->threads = (int)v; return 0;
     case 'd':
-      if (ss_device_kind_parse(ctx, arg, &a->device) != SS_OK) return ss_cli_finish(CMD, ctx, SS_ERR_USAGE);
-      return 0;
+      return ss_cli_device(CMD, arg, ctx, &a->device);
     case 's': a->start = arg; return 0;
     case 'S': return parse_int("--seed", arg, 0, &a->seed) ? 0 : 2;
     case 'n':

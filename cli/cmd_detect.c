@@ -15,7 +15,8 @@
 #include "core/log.h"
 
 static const char usage[] =
-    "usage: spikestream detect INPUT -o DIR [--probe P] [--params J] [--threads N] [source options]\n\n"
+    "usage: spikestream detect INPUT -o DIR [--probe P] [--params J] [--device D] [--threads N]\n"
+    "                          [source options]\n\n"
     "Run the front end on a recording: band-pass filter, noise level from excerpts, flood-fill\n"
     "detection over the probe's adjacency, sub-sample alignment, per-channel PCA features and masks.\n"
     "Writes DIR/results.h5 (docs/formats.md) and DIR/BASE.fet.1 + DIR/BASE.fmask.1 (KlustaKwik;\n"
@@ -24,6 +25,8 @@ static const char usage[] =
     "      --probe P          probe JSON (default: the NWB electrode positions, else every channel\n"
     "                         alone, with a warning)\n"
     "      --params J         parameter JSON (docs/params.md)\n"
+    "      --device D         auto | cpu | cuda (default auto): where the chunk pass runs (noise\n"
+    "                         excerpts: CPU threads)\n"
     "      --threads N        CPU threads (default: all)\n"
     SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
 
@@ -31,6 +34,7 @@ typedef struct {
   ss_source_spec spec;
   const char *out_dir, *probe_path, *params_path;
   int threads;
+  ss_device_kind device;
   ss_ctx *ctx;
 } detect_args;
 
@@ -42,6 +46,7 @@ static int on_option(int opt, const char *arg, void *user) {
     case 'o': a->out_dir = arg; break;
     case 'p': a->probe_path = arg; break;
     case 'j': a->params_path = arg; break;
+    case 'D': code = ss_cli_device("detect", arg, a->ctx, &a->device); break;
     case 't':
       code = ss_cli_integer("detect", "threads", arg, 1, 4096, &n);
       a->threads = (int)n;
@@ -115,7 +120,7 @@ static ss_status run(ss_ctx *ctx, detect_args *a) {
   if (a->params_path) SS_TRY(ss_params_load_file(ctx, a->params_path, &p));
   SS_TRY(ss_params_validate(ctx, &p));
   ss_backend be;
-  SS_TRY(ss_backend_open(ctx, SS_DEVICE_CPU, 0, a->threads, &be));
+  SS_TRY(ss_backend_open(ctx, a->device, 0, a->threads, &be));
   ss_source *src = NULL;
   ss_status st = ss_source_open(ctx, &a->spec, &src);
   if (st != SS_OK) {
@@ -152,12 +157,14 @@ int ss_cmd_detect(int argc, char **argv, ss_ctx *ctx) {
   static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
                                        {"probe", required_argument, NULL, 'p'},
                                        {"params", required_argument, NULL, 'j'},
+                                       {"device", required_argument, NULL, 'D'},
                                        {"threads", required_argument, NULL, 't'},
                                        SS_CLI_SOURCE_LONGOPTS,
                                        {0, 0, 0, 0}};
   detect_args a;
   memset(&a, 0, sizeof(a));
   a.ctx = ctx;
+  a.device = SS_DEVICE_AUTO;
   int first, code = ss_cli_parse(argc, argv, "detect", opts, usage, ctx, on_option, &a, &first);
   if (code >= 0) return code;
   if (first != argc - 1) return ss_cli_usage_error("detect", "expected one input recording");

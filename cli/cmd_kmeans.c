@@ -83,7 +83,7 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, kmeans_args *a) {
       case O_K: if (!parse_int("--k", optarg, 1, &a->k)) return 2; break;
       case O_INIT: a->init = optarg; break;
       case O_DEVICE:
-        if (ss_device_kind_parse(ctx, optarg, &a->device) != SS_OK) return ss_cli_finish(CMD, ctx, SS_ERR_USAGE);
+        if ((code = ss_cli_device(CMD, optarg, ctx, &a->device)) != 0) return code;
         break;
       case O_THREADS: if (!parse_int("--threads", optarg, 1, &v)) return 2; a->threads = (int)v; break;
       case O_MAXIT: if (!parse_int("--max-iter", optarg, 0, &a->max_iter)) return 2; break;

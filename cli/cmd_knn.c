@@ -38,7 +38,8 @@ static const char usage[] =
     "                           indices, distances. Default: the CSV table (or labels) on stdout\n"
     "  -k, --k K                neighbours per query (default knn.k)\n"
     "      --device D           auto|cpu|cuda (default auto)\n"
-    "      --strategy S         GPU k-selection: auto|kmin|bitonic|warp (default knn.strategy)\n"
+    "      --strategy S         GPU k-selection: auto|warp (kmin, bitonic: aliases of warp;\n"
+    "                           default knn.strategy)\n"
     "      --incremental        classify in order; each classified point joins the references\n"
     "      --cv FOLDS           print the FOLDS-fold cross-validated accuracy of the labelled points\n"
     "      --generate N_TRAIN N_NEW CLASSES DIM\n"
@@ -100,8 +101,7 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
       case 'o': c->output = optarg; break;
       case 'k': c->k = optarg; break;
       case 0x2001:
-        if (ss_device_kind_parse(ctx, optarg, &c->device) != SS_OK)
-          return ss_cli_usage_error("knn", "%s", ss_error_message(ctx));
+        if ((code = ss_cli_device("knn", optarg, ctx, &c->device)) != 0) return code;
         break;
       case 0x2002: c->strategy = optarg; break;
       case 0x2003: c->incremental = 1; break;

@@ -49,8 +49,7 @@ static int on_option(int opt, const char *arg, void *user) {
     case 'p': a->o.probe_path = arg; break;
     case 'j': a->params_path = arg; break;
     case 'D':
-      if (ss_device_kind_parse(a->ctx, arg, &a->o.device) != SS_OK)
-        code = ss_cli_usage_error(CMD, "--device: %s", ss_error_message(a->ctx));
+      code = ss_cli_device(CMD, arg, a->ctx, &a->o.device);
       break;
     case 't':
       code = ss_cli_integer(CMD, "threads", arg, 1, 4096, &n);

@@ -35,8 +35,8 @@ const char *ss_cublas_status_name(cublasStatus_t st);
   } while (0)
 
 /* After a kernel launch: launch-configuration errors now, execution errors at the next sync.
- * cudaGetLastError returns the launch's error and clears it (until session 6 the macro discarded it and
- * returned cudaPeekAtLastError() after the clear, so a failed launch went unreported). */
+ * cudaGetLastError returns the launch's error and clears it, so it is the value to report: peeking
+ * after the clear would return success and hide a failed launch (e.g. too much shared memory). */
 #define SS_CUDA_TRY_LAUNCH(ctx, what)                                                           \
   do {                                                                                          \
     cudaError_t ss_e_ = cudaGetLastError();                                                     \

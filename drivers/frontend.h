@@ -1,5 +1,5 @@
 /* frontend.h — the offline front end: a source streamed through filter → threshold → detect →
- * extract → PCA, giving the spike table (DESIGN §2).
+ * extract → PCA, giving the spike table (docs/architecture.md, "The pipeline").
  *
  * Two passes over the source:
  *  1. excerpts (detect.n_excerpts × detect.excerpt_s, spread evenly; chosen independently of the

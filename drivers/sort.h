@@ -1,5 +1,6 @@
-/* sort.h — the offline pipeline driver behind `spikestream sort` (DESIGN §2, issue 5), usable
- * without the CLI: source → front end → masked EM → automatic merge → outputs, timing each stage.
+/* sort.h — the offline pipeline driver behind `spikestream sort`, usable without the CLI:
+ * source → front end → masked EM (KNN vote for the spikes beyond its subset) → merge, cleanup and a
+ * second merge → outputs, timing each stage (docs/architecture.md, "The pipeline").
  *
  * Outputs under out_dir (each written atomically; layouts in docs/formats.md):
  *   results.h5          the stable core with /spikes/cluster, per-cluster statistics, the merge log,
@@ -13,8 +14,9 @@
  * cluster and channel, Σ_k mean(feature_k) · basis_k — the projection of the cluster's mean waveform
  * onto the channel's PCA basis (exact for the mean, since projection is linear).
  *
- * Backends: the front end and masked EM run on the CPU in this build. device CUDA fails with
- * "masked EM on CUDA is not available yet"; AUTO uses the CPU and logs so. */
+ * Backends: one backend, opened from opts.device, runs the front end's chunk pass, masked EM and the
+ * KNN vote (CUDA when the build has it and a device answers; `auto` logs its choice, `cuda` without a
+ * device is an error). The noise excerpts, the merge, the cleanup and the outputs run on CPU threads. */
 #ifndef SS_SORT_H
 #define SS_SORT_H
 

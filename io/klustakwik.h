@@ -1,4 +1,4 @@
-/* klustakwik.h — KlustaKwik's text files (MASKED_EM.md §1): BASE.fet.S (line 1: number of
+/* klustakwik.h — KlustaKwik's text files (docs/formats.md): BASE.fet.S (line 1: number of
  * columns D; then one row of D numbers per point), BASE.fmask.S (the same layout, masks in [0, 1])
  * and BASE.clu.S (line 1: the number of clusters K; then one label per point, KlustaKwik numbering:
  * 1 = noise, 2..K Gaussian clusters). */

@@ -2,7 +2,7 @@
  * path parameterised by address family (TCP over IPv4/IPv6, UNIX domain), stdin/stdout and plain files;
  * and the int16 frame reader that carries partial frames between reads.
  *
- * Why the care: live mode (issue #10) reads a stream whose writer may start before or after it (connects
+ * Why the care: live mode reads a stream whose writer may start before or after it (connects
  * are retried), may vanish at any time (writes never raise SIGPIPE; a vanished peer is an error naming
  * the URI) and any signal may interrupt a system call (every loop retries EINTR). */
 #include "io/link.h"

@@ -1,4 +1,4 @@
-/* link.h — byte-stream links named by URI (live mode, issue #10) and the int16 frame reader on top.
+/* link.h — byte-stream links named by URI (live mode) and the int16 frame reader on top.
  *
  * Byte streams named by URI: "stdin"/"-" (read) or "stdout"/"-" (write), a plain file path (write: created
  * atomically? no — plain create/truncate, it is a stream), tcp://host:port (connect, retried until timeout_s),

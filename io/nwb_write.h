@@ -1,7 +1,7 @@
 /* nwb_write.h — streaming NWB 2.x writer for int16 extracellular recordings with an optional
  * ground-truth units table (the simulator's output; also test fixtures).
  *
- * Layout written (DESIGN §7): root attributes (nwb_version "2.x", neurodata_type "NWBFile",
+ * Layout written (docs/formats.md): root attributes (nwb_version "2.x", neurodata_type "NWBFile",
  * namespace "core", object_id), identifier, session_description, session_start_time,
  * timestamps_reference_time, file_create_date; /general/extracellular_ephys/<device group> and the
  * electrodes DynamicTable (id, x, y, z, location, group, group_name); /acquisition/<series_name>

@@ -1,4 +1,4 @@
-/* results_h5.h — the results file (DESIGN §7, layout in docs/formats.md): the stable core that
+/* results_h5.h — the results file (layout in docs/formats.md): the stable core that
  * other scripts rely on, written atomically (temporary name, renamed when complete).
  *   attributes  sample_rate (float64), n_channels (int32), n_pcs (int32), version, software
  *               ("spikestream"), commit (strings)

@@ -1,5 +1,5 @@
 /* source.h — recordings in: one chunked source interface over NWB 2.x, Kwik .raw.kwd, plain HDF5
- * and flat int16 binary files (DESIGN §2, §7).
+ * and flat int16 binary files (docs/formats.md, "Recordings read").
  *
  * A source delivers the recording as int16 chunks [rows × channels], time-major. Chunk i covers the
  * core samples [i·chunk, min((i+1)·chunk, n_samples)) plus `left` samples before and `right` after;

@@ -3,7 +3,7 @@
  * One JSON file sets any subset ({"detect": {"strong_std": 5}}); unknown keys, wrong types and
  * out-of-range values are rejected with their JSON path. The table in params_table.c is the single
  * source of names, defaults, ranges and documentation: `spikestream params --defaults` and
- * `params --doc` print from it. This module is the only place that parses JSON (DESIGN §3). */
+ * `params --doc` print from it. This module is the only place that parses JSON. */
 #ifndef SS_PARAMS_H
 #define SS_PARAMS_H
 

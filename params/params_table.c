@@ -1,6 +1,7 @@
 /* params_table.c — names, defaults, ranges and documentation of every parameter.
  *
- * Defaults follow Klusta/SpikeDetekt and KlustaKwik (DESIGN §8, MASKED_EM.md §4–6). Add a field to
+ * Defaults follow Klusta/SpikeDetekt and KlustaKwik (docs/architecture.md, docs/mask_em.md), except
+ * where docs/architecture.md's decisions say why not. Add a field to
  * ss_params and a row here; nothing else needs to change for it to be loaded, validated, printed
  * and documented. */
 #include "params/params_table.h"
@@ -157,7 +158,8 @@ const ss_param_spec ss_param_table[] = {
 
     INT("knn.k", knn.k, 10, 1, 100000, "Neighbours per query."),
     ENUM("knn.strategy", knn.strategy, SS_KNN_AUTO, knn_strategy_opts,
-         "k-selection: auto (measured crossover), k-pass minimum, bitonic sort, warp queue."),
+         "GPU k-selection: auto, or warp (the warp queue; kmin and bitonic are aliases of it), which forces "
+         "the tiled path."),
     INT("knn.query_tile", knn.query_tile, 4096, 1, I64_MAX, "Queries per distance tile."),
     INT("knn.ref_tile", knn.ref_tile, 65536, 1, I64_MAX, "References per distance tile."),
 

@@ -1,6 +1,6 @@
 /* probe.h — probe geometry and the adjacency graph that detection floods over.
  *
- * Two JSON layouts are read (DESIGN §6):
+ * Two JSON layouts are read (docs/formats.md, "Probe files"):
  *  - probeinterface: {"probes": [{"contact_positions": [[x,y],...], "device_channel_indices": [...],
  *    "shank_ids": [...]}...]}; a device channel index of -1 marks an unconnected contact;
  *  - simple: {"channels": [...], "positions": [[x,y],...], "adjacency": [[a,b],...],

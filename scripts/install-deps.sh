@@ -3,7 +3,7 @@
 # when everything is there). The CUDA toolkit is optional: without it the CPU backend is built.
 # SPIKESTREAM_NO_APT=1 skips the package step (machines whose packages come from elsewhere).
 set -euo pipefail
-pkgs="build-essential cmake pkg-config libhdf5-dev libcjson-dev libcmocka-dev"
+pkgs="build-essential cmake pkg-config libhdf5-dev libcjson-dev libcmocka-dev clang-format"
 [ "${SPIKESTREAM_NO_APT:-0}" = 1 ] && exit 0
 missing=""
 for p in $pkgs; do

@@ -27,7 +27,7 @@
 
 #define PROBE_DIR SS_SOURCE_DIR "/params/probes/"
 #define PROBE_RADIUS_UM 40.0
-/* agreement asked of the GPU (issue #7); the implementation aims at bit-identical results */
+/* agreement asked of the GPU; the implementation aims at bit-identical results */
 #define TOL_FRACTION 1e-4
 #define TOL_MASK 1e-6
 #define TOL_WAVE_REL 1e-5

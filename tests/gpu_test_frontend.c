@@ -1,5 +1,5 @@
 /* gpu_test_frontend.c — the whole front end on the GPU (drivers/frontend.cu and the stage twins) against
- * the CPU reference on simulated recordings of three seeds (issue 7): at least 99.9 % of the CPU's
+ * the CPU reference on simulated recordings of three seeds: at least 99.9 % of the CPU's
  * spikes have a GPU spike within 1 sample on the same peak channel whose features agree within 1e-4
  * (relative to the spike's largest feature), and vice versa; and the GPU result does not depend on
  * the chunk length. GPU group: skipped visibly without a device. */

@@ -1,4 +1,4 @@
-/* gpu_test_live.c — the CUDA path of the live engine (issue #10, GPU group), on a simulated recording
+/* gpu_test_live.c — the CUDA path of the live engine (GPU group), on a simulated recording
  * and the model of an offline `sort` of it:
  *  1. the GPU engine fed pushes of 30 rows gives the CPU engine's spikes: times, channels and
  *     amplitudes identical, labels (nearest centroid, plain and masked; KNN vote) >= 99.9 % identical;

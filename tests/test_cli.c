@@ -1,4 +1,5 @@
-/* test_cli.c — the command line: exit codes, --help everywhere, params --check, probe, info. */
+/* test_cli.c — the command line: exit codes, --help everywhere, params --check, probe, info,
+ * --device. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,10 +118,56 @@ static void backend_selection_without_gpu(void **state) {
   assert_non_null(strstr(ss_error_message(&ctx), "--device cuda: no CUDA device available"));
 }
 
+/* --device: accepted by every command that runs a stage; a bad value is one usage line, exit 2 */
+static void device_option(void **state) {
+  (void)state;
+  char *out, *err, args[256], expect[256];
+  const char *cmds[] = {"detect", "sort", "cluster", "kmeans", "knn"};
+  for (int i = 0; i < 5; i++) {
+    snprintf(args, sizeof(args), "%s --device tpu", cmds[i]);
+    assert_int_equal(run(args, &out, &err), 2);
+    snprintf(expect, sizeof(expect), "spikestream %s: --device: expected auto|cpu|cuda, got \"tpu\"\n", cmds[i]);
+    assert_string_equal(err, expect);
+    free(out), free(err);
+  }
+}
+
+/* detect --device cpu runs; without a GPU, the default (auto) is the same run, byte for byte, and
+ * --device cuda is a runtime error that names the reason */
+static void detect_device_cpu(void **state) {
+  (void)state;
+  char *out, *err, rec[4096], dir[2][4096], fet[2][8400], args[16384];
+  ss_test_path(rec, sizeof(rec), "device.nwb");
+  snprintf(args, sizeof(args), "simulate -q -o '%s' --duration 2 --units 5 --seed 3", rec);
+  assert_int_equal(run(args, &out, &err), 0);
+  free(out), free(err);
+  char why[256];
+  int gpus = ss_backend_gpu_count(why, sizeof(why));
+  const char *device[2] = {"--device cpu", ""};
+  for (int i = 0; i < (gpus ? 1 : 2); i++) {
+    ss_test_path(dir[i], sizeof(dir[i]), i ? "detect_default" : "detect_cpu");
+    snprintf(args, sizeof(args), "detect '%s' -q --threads 2 %s -o '%s'", rec, device[i], dir[i]);
+    int code = run(args, &out, &err);
+    if (code != 0) fail_msg("%s: exit %d: %s", args, code, err);
+    free(out), free(err);
+    snprintf(fet[i], sizeof(fet[i]), "%s/device.fet.1", dir[i]);
+  }
+  if (gpus) return; /* the GPU group compares the CUDA front end with the CPU one */
+  char *a = ss_test_slurp(fet[0]), *b = ss_test_slurp(fet[1]);
+  assert_true(strlen(a) > 0);
+  assert_string_equal(a, b);
+  free(a), free(b);
+  snprintf(args, sizeof(args), "detect '%s' -q --device cuda -o '%s'", rec, dir[1]);
+  assert_int_equal(run(args, &out, &err), 3);
+  assert_non_null(strstr(err, "--device cuda: no CUDA device available"));
+  free(out), free(err);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(help_and_usage), cmocka_unit_test(params_check), cmocka_unit_test(probe_command),
       cmocka_unit_test(params_doc_is_current), cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
+      cmocka_unit_test(device_option), cmocka_unit_test(detect_device_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* test_live.c — the live engine and `spikestream live` (issue #10), CPU:
+/* test_live.c — the live engine and `spikestream live`, CPU:
  *  1. exactness: any push size gives the spikes of one causal pass over the whole recording, bit
  *     for bit, and the CPU front end run causally (filter.causal) finds the same spikes;
  *  2. agreement with the offline sort: sort → replay → live, labels vs the offline clusters;

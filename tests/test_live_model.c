@@ -1,4 +1,4 @@
-/* test_live_model.c — the causal twin of the model (issue #10, live_model.h): the matching functions
+/* test_live_model.c — the causal twin of the model (live_model.h): the matching functions
  * on hand-built cases (offset, adjacency, nearest wins, ties, unmatched), the builder's centroids and
  * reference set, `sort` writing /live into model.h5 and the loader reading it back, the causal front
  * end (differs from zero-phase, independent of the chunk size), every loader error path with its

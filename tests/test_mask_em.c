@@ -1,4 +1,4 @@
-/* test_mask_em.c — masked EM on the CPU (MASKED_EM.md): one M-step, one E-step cost, the penalty and
+/* test_mask_em.c — masked EM on the CPU (docs/mask_em.md): one M-step, one E-step cost, the penalty and
  * a deletion against values computed here independently with plain dense double loops; mask-pattern
  * starts; recovery of Gaussian clusters with structured masks (merged ARI); determinism across runs
  * and thread counts; a constant and a never-masked feature; the ARI helpers; and `spikestream
@@ -28,7 +28,8 @@ static const float tiny_m[TN * TD] = {1, 1, 1, 0.5f, 0, 1, 1, 1, 0, 0, 0.5f, 0};
 static const int32_t tiny_labels[TN] = {1, 1, 1, 2, 2, 2};
 #define TINY_T 1.5 /* cluster 1: U = {0, 1}; cluster 2: U = {0} (s = 1.5), M = {1} (s = 1) */
 
-/* Everything of MASKED_EM.md §2–4 for the tiny case, computed densely and directly. */
+/* Preprocessing, model and one iteration (docs/mask_em.md) for the tiny case, computed densely and
+ * directly. */
 typedef struct {
   double y[TN][TD], eta[TN][TD], nu[TD], s2[TD], kp[TN];
   double mean[TK][TD], var[TK][TD][TD]; /* var: the block on U, the diagonal δ elsewhere */

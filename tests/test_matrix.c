@@ -66,7 +66,7 @@ static void labels_round_trip_every_format(void **state) {
   ss_test_ctx(&ctx);
   ss_rng r = ss_rng_make(seed, SS_RNG_TEST, 2);
   int32_t labels[101];
-  for (int i = 0; i < 101; i++) labels[i] = (int32_t)ss_rng_next_below(&r, 4000000000u) - 2000000000;
+  for (int i = 0; i < 101; i++) labels[i] = (int32_t)((int64_t)ss_rng_next_below(&r, 4000000000u) - 2000000000);
   const char *names[] = {"l.npy", "l.h5", "l.csv", "l.txt"};
   for (size_t k = 0; k < 4; k++) {
     char path[512];

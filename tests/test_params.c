@@ -25,7 +25,7 @@ static void defaults_follow_klusta(void **state) {
   assert_int_equal(p.mask_em.split_every, 40);
   assert_true(p.mask_em.points_for_cluster_mask == 100);
   assert_true(p.mask_em.penalty_k_log_n == 1.0 && p.mask_em.penalty_k == 0.0);
-  assert_true(p.sort.penalty_k_log_n == 0.2); /* `sort` only: issue 5's accuracy runs */
+  assert_true(p.sort.penalty_k_log_n == 0.2); /* `sort` only: docs/architecture.md, "Decisions" */
   assert_int_equal(p.mask_em.max_iterations, 1000);
   assert_int_equal(p.merge.enabled, 1);
 }

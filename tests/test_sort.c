@@ -1,6 +1,6 @@
 /* test_sort.c — `spikestream sort` end to end on a short simulation: every output exists and the phy
  * check passes; compare finds the units; `cluster` on the sort's own .fet/.fmask reproduces its raw
- * labels exactly (issue 5 acceptance 2); 1 and 2 threads give bit-identical outputs (acceptance 4);
+ * labels exactly; 1 and 2 threads give bit-identical outputs;
  * the phy checker names broken files; bad inputs fail with clear messages. */
 #include <hdf5.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* simulate.h — the ground-truth simulator: a probe-aware extracellular recording with known spikes.
  *
- * Model (DESIGN §9; details and constants in docs/simulate.md):
+ * Model (details and constants in docs/simulate.md):
  *  - units at 3-D positions near the probe: x, y within the contacts' extent plus a margin, z (the
  *    distance off the probe plane) in [10, 60] µm, spread by best-candidate sampling;
  *  - a biphasic waveform per unit (narrow negative trough, slower positive repolarisation; a

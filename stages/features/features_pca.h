@@ -7,8 +7,8 @@
  * its basis, uncentred as in Klusta, laid out [N × C·n_pcs] (channel-major: c·n_pcs + k).
  * The fitting spikes are at most features.pca_max_spikes chosen from the seed (SS_RNG_PCA_SUBSET).
  * The projection has a CUDA twin (stages/features/features_pca.cu); the basis is always fitted on the CPU (from
- * at most pca_max_spikes excerpt spikes). The dispatching entry points take the backend. (Named features_pca.h:
- * a src/features.h would shadow glibc's <features.h>, src/ being on the include path.) */
+ * at most pca_max_spikes excerpt spikes). The dispatching entry points take the backend. (Named
+ * features_pca.h, not features.h, so that no project header shares a name with glibc's <features.h>.) */
 #ifndef SS_FEATURES_H
 #define SS_FEATURES_H
 

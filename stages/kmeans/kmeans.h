@@ -1,4 +1,4 @@
-/* kmeans.h — k-means clustering (DESIGN §8, docs/kmeans.md) on the CPU and on CUDA, behind one
+/* kmeans.h — k-means clustering (docs/kmeans.md) on the CPU and on CUDA, behind one
  * interface: k-means++ / random / given initialisation, Lloyd iterations with a fused
  * score + argmin assignment, exact fixed-point centroid sums, deterministic empty-cluster
  * reseeding, and nearest-centroid assignment against a model (live mode).

@@ -1,4 +1,4 @@
-/* live.h — the live engine (issue #10): raw int16 rows in, labelled spikes out, one push at a time.
+/* live.h — the live engine: raw int16 rows in, labelled spikes out, one push at a time.
  *
  * Per push: int16 → µV with the model's scale, causal filter with carried state, append to a rolling
  * buffer of filtered rows, detection over the buffer (stages/detect/detect.h) reporting each component exactly
