@@ -1,0 +1,62 @@
+/* test_bad_input.c — the command line on malformed or hostile inputs: each case spawns the binary and
+ * checks the promised exit code (1 bad input, 2 usage) and the one line naming the file or option,
+ * the field and the offending value as written. Inputs are generated here, small. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ss_test.h"
+
+/* Run `args`; assert the exit code and that stderr holds `want` (a substring). */
+static void expect_cli(const char *args, int code, const char *want) {
+  char *out, *err;
+  int rc = ss_test_run_cli(args, &out, &err);
+  if (rc != code || !strstr(err, want))
+    fail_msg("spikestream %s: exit %d (expected %d), stderr:\n%s\nexpected to contain:\n%s", args, rc, code, err, want);
+  free(out), free(err);
+}
+
+static void knn_header_sizes(void **state) {
+  (void)state;
+  char args[1024], want[1024];
+  const char *big = ss_test_write_file("dim_max.csv", "2,0,2,9223372036854775807\n1,2,0\n3,4,1\n");
+  snprintf(args, sizeof(args), "knn '%s' -o -", big);
+  snprintf(want, sizeof(want), "spikestream knn: %s: line 1: header: dim: expected an integer in [1, 65536], got "
+           "\"9223372036854775807\"\n", big);
+  expect_cli(args, 1, want);
+  const char *digits = ss_test_write_file("digits.csv", "2,12345678901234567890123,2,2\n1,2,0\n3,4,1\n");
+  snprintf(args, sizeof(args), "knn '%s' -o -", digits);
+  snprintf(want, sizeof(want), "%s: line 1: header: newels: expected an integer in [0, 1000000000000], got "
+           "\"12345678901234567890123\"", digits);
+  expect_cli(args, 1, want);
+}
+
+static void knn_generate_sizes(void **state) {
+  (void)state;
+  expect_cli("knn --generate 1 0 1 9223372036854775807 -o -", 2,
+             "spikestream knn: --generate: DIM: expected an integer in [1, 65536], got \"9223372036854775807\"\n");
+  expect_cli("knn --generate 12345678901234567890123 0 1 2 -o -", 2,
+             "--generate: N_TRAIN: expected an integer in [1, 1000000000000], got \"12345678901234567890123\"");
+  expect_cli("knn --generate 4611686018427387904 4611686018427387904 1 2 -o -", 2, "--generate: N_TRAIN");
+}
+
+static void compare_window(void **state) {
+  (void)state;
+  const char *bad[] = {"1e300", "nan", "inf", "-0.5", "1000.5"};
+  for (int i = 0; i < 5; i++) {
+    char args[256], want[256];
+    snprintf(args, sizeof(args), "compare a.h5 b.h5 --window-ms %s", bad[i]);
+    snprintf(want, sizeof(want), "spikestream compare: --window-ms: expected a number in [0, 1000] (ms), got \"%s\"\n",
+             bad[i]);
+    expect_cli(args, 2, want);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(knn_header_sizes),
+      cmocka_unit_test(knn_generate_sizes),
+      cmocka_unit_test(compare_window),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
