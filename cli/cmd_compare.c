@@ -18,7 +18,7 @@ static const char usage[] =
     "well detected at accuracy >= 0.8). Each input is a results file (results.h5), an NWB file\n"
     "with a units table, a phy folder, or a KlustaKwik .clu file with its spike times.\n\n"
     "  --json FILE          also write {\"units\": [...], \"summary\": {...}} to FILE\n"
-    "  --window-ms MS       match window (default 0.4)\n"
+    "  --window-ms MS       match window, 0 to 1000 (default 0.4)\n"
     "  --rate HZ            sample rate for inputs that carry none (.clu; NWB without an\n"
     "                       ElectricalSeries); default: the ground truth's\n"
     "  --times FILE         spike sample indices of a SORTED .clu file, one per line\n"
@@ -49,6 +49,16 @@ static int parse_positive(const char *opt, const char *text, double *out, int al
   return -1;
 }
 
+/* The match window: finite, within [0, SS_COMPARE_MAX_WINDOW_MS]. */
+static int parse_window(const char *text, double *out) {
+  char *end;
+  *out = strtod(text, &end);
+  if (!*text || *end || !isfinite(*out) || *out < 0 || *out > SS_COMPARE_MAX_WINDOW_MS)
+    return ss_cli_usage_error("compare", "--window-ms: expected a number in [0, %g] (ms), got \"%s\"",
+                              SS_COMPARE_MAX_WINDOW_MS, text);
+  return -1;
+}
+
 typedef struct {
   ss_compare_opts co;
   const char *json, *times;
@@ -62,7 +72,7 @@ static int on_option(int opt, const char *arg, void *user) {
   switch (opt) {
     case 'j': a->json = arg; return 0;
     case 't': a->times = arg; return 0;
-    case 'w': return parse_positive("--window-ms", arg, &a->co.window_ms, 1) >= 0 ? 2 : 0;
+    case 'w': return parse_window(arg, &a->co.window_ms) >= 0 ? 2 : 0;
     case 'r': return parse_positive("--rate", arg, &a->rate, 0) >= 0 ? 2 : 0;
     default: return parse_exclude(arg, a->exclude, &a->n_exclude) >= 0 ? 2 : 0;
   }

@@ -1,5 +1,6 @@
 /* cmd_knn.c — `spikestream knn`: classify points by their k nearest neighbours (CSV table or
  * train/labels/queries matrices), cross-validate, or generate a random table. */
+#include <errno.h>
 #include <hdf5.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "cli/cli.h"
 #include "stages/knn/knn.h"
 #include "core/log.h"
+#include "core/parse.h"
 
 #define KNN_GENERATE_ARGS 4
 #define KNN_PATH_MAX 4096
@@ -66,8 +68,9 @@ typedef struct {
 
 static int parse_i64(const char *text, int64_t *out) {
   char *end;
+  errno = 0;
   long long v = strtoll(text, &end, 10);
-  if (end == text || *end) return 0;
+  if (end == text || *end || errno == ERANGE) return 0;
   *out = v;
   return 1;
 }
@@ -151,11 +154,16 @@ static ss_status load_params(ss_ctx *ctx, const knn_cli *c, ss_params *p) {
 }
 
 static ss_status generate(ss_ctx *ctx, const knn_cli *c, const ss_params *p) {
+  static const char *const names[KNN_GENERATE_ARGS] = {"N_TRAIN", "N_NEW", "CLASSES", "DIM"};
+  const int64_t lo[KNN_GENERATE_ARGS] = {1, 0, 1, 1};
+  const int64_t hi[KNN_GENERATE_ARGS] = {SS_KNN_MAX_POINTS, SS_KNN_MAX_POINTS, SS_KNN_MAX_CLASSES, SS_KNN_MAX_DIM};
   int64_t a[KNN_GENERATE_ARGS];
   for (int i = 0; i < KNN_GENERATE_ARGS; i++)
-    if (!parse_i64(c->generate[i], &a[i]))
-      return ss_fail(ctx, SS_ERR_USAGE, "--generate: expected four integers N_TRAIN N_NEW CLASSES DIM, got \"%s\"",
-                     c->generate[i]);
+    if (ss_parse_size(ctx, c->generate[i], lo[i], hi[i], &a[i]) != SS_OK) {
+      ss_ctx_prefix(ctx, "--generate: %s", names[i]);
+      ctx->status = SS_ERR_USAGE; /* a command-line value */
+      return SS_ERR_USAGE;
+    }
   ss_knn_table t;
   SS_TRY(ss_knn_generate(ctx, a[0], a[1], a[2], a[3], (uint64_t)p->seed, &t));
   ss_status st = ss_knn_csv_write(ctx, c->output, &t);

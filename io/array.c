@@ -32,18 +32,28 @@ int64_t ss_array_count(const ss_array *a) {
   return n;
 }
 
+int ss_shape_count(int ndim, const int64_t *shape, size_t item_size, int64_t *count) {
+  int64_t nonzero = 1, n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0) return 0;
+    if (shape[d] > 0 && __builtin_mul_overflow(nonzero, shape[d], &nonzero)) return 0;
+    n = shape[d] == 0 ? 0 : n * shape[d]; /* bounded by nonzero */
+  }
+  int64_t bytes;
+  if (item_size == 0 || __builtin_mul_overflow(nonzero, (int64_t)item_size, &bytes)) return 0;
+  *count = n;
+  return 1;
+}
+
 ss_status ss_array_alloc(ss_ctx *ctx, ss_array *a, ss_dtype t, int ndim, const int64_t *shape) {
   memset(a, 0, sizeof(*a));
   if (!dtype_valid(t)) return ss_fail(ctx, SS_ERR_INTERNAL, "array: invalid dtype %d", (int)t);
   if (ndim < 0 || ndim > SS_ARRAY_MAX_DIMS)
     return ss_fail(ctx, SS_ERR_INTERNAL, "array: %d dimensions (at most %d)", ndim, SS_ARRAY_MAX_DIMS);
-  size_t count = 1;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] < 0) return ss_fail(ctx, SS_ERR_INTERNAL, "array: negative dimension %" PRId64, shape[d]);
-    if (shape[d] > 0 && count > SIZE_MAX / ss_dtype_size(t) / (size_t)shape[d])
-      return ss_fail(ctx, SS_ERR_NOMEM, "array: shape too large");
-    count *= (size_t)shape[d];
-  }
+  int64_t n = 0;
+  if (!ss_shape_count(ndim, shape, ss_dtype_size(t), &n))
+    return ss_fail(ctx, SS_ERR_NOMEM, "array: shape too large or negative");
+  size_t count = (size_t)n;
   void *data = NULL;
   /* at least one byte so that an empty array still owns a non-NULL buffer */
   SS_TRY(ss_alloc(ctx, &data, count ? count : 1, ss_dtype_size(t), "array data"));

@@ -28,6 +28,10 @@ typedef struct {
 size_t ss_dtype_size(ss_dtype t);
 const char *ss_dtype_name(ss_dtype t); /* "float32", "int64", ... */
 int64_t ss_array_count(const ss_array *a);
+/* The element count of `shape` into *count; 0 when a dimension is negative or when the product of
+ * the non-zero dimensions times item_size exceeds INT64_MAX (checked whatever the other dimensions,
+ * so that strides and counts never overflow, even for an empty array). */
+int ss_shape_count(int ndim, const int64_t *shape, size_t item_size, int64_t *count);
 /* Allocate an array of the given shape (data uninitialised). */
 ss_status ss_array_alloc(ss_ctx *ctx, ss_array *a, ss_dtype t, int ndim, const int64_t *shape);
 void ss_array_free(ss_array *a);

@@ -265,6 +265,25 @@ static ss_status read_header(ss_ctx *ctx, FILE *f, const char *path, npy_header 
   return st;
 }
 
+/* The shape's byte size, checked for overflow and against what the file holds after the header,
+ * before anything that size is allocated. */
+static ss_status check_data_size(ss_ctx *ctx, FILE *f, const char *path, const npy_header *h, ss_dtype dt,
+                                 long data_offset, size_t *need) {
+  char shape[160];
+  format_shape(shape, sizeof(shape), h->ndim, h->shape);
+  int64_t count = 0;
+  if (!ss_shape_count(h->ndim, h->shape, ss_dtype_size(dt), &count))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: header: shape %s of %s: the size in bytes overflows", path, shape,
+                   ss_dtype_name(dt));
+  struct stat sb;
+  *need = (size_t)count * ss_dtype_size(dt);
+  size_t have = (fstat(fileno(f), &sb) == 0 && sb.st_size > data_offset) ? (size_t)(sb.st_size - data_offset) : 0;
+  if (have != *need)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: data: shape %s of %s needs %zu bytes, the file holds %zu%s", path, shape,
+                   ss_dtype_name(dt), *need, have, have < *need ? " (truncated)" : "");
+  return SS_OK;
+}
+
 ss_status ss_npy_read(ss_ctx *ctx, const char *path, ss_array *out) {
   memset(out, 0, sizeof(*out));
   FILE *f = fopen(path, "rb");
@@ -275,20 +294,10 @@ ss_status ss_npy_read(ss_ctx *ctx, const char *path, ss_array *out) {
   ss_status st = read_header(ctx, f, path, &h, &data_offset);
   if (st == SS_OK) st = descr_to_dtype(ctx, &h, &dt);
   ss_array raw = {0};
+  size_t need = 0;
+  if (st == SS_OK) st = check_data_size(ctx, f, path, &h, dt, data_offset, &need);
   if (st == SS_OK) st = ss_array_alloc(ctx, &raw, dt, h.ndim, h.shape);
-  if (st == SS_OK) {
-    struct stat sb;
-    size_t need = (size_t)ss_array_count(&raw) * ss_dtype_size(dt);
-    size_t have = (fstat(fileno(f), &sb) == 0 && sb.st_size > data_offset) ? (size_t)(sb.st_size - data_offset) : 0;
-    if (have != need) {
-      char shape[160];
-      format_shape(shape, sizeof(shape), h.ndim, h.shape);
-      st = ss_fail(ctx, SS_ERR_INPUT, "%s: data: shape %s of %s needs %zu bytes, the file holds %zu%s", path, shape,
-                   ss_dtype_name(dt), need, have, have < need ? " (truncated)" : "");
-    } else if (fread(raw.data, 1, need, f) != need) {
-      st = ss_fail(ctx, SS_ERR_IO, "%s: read failed", path);
-    }
-  }
+  if (st == SS_OK && fread(raw.data, 1, need, f) != need) st = ss_fail(ctx, SS_ERR_IO, "%s: read failed", path);
   fclose(f);
   if (st == SS_OK && h.fortran && h.ndim > 1) {
     st = ss_array_alloc(ctx, out, dt, h.ndim, h.shape);

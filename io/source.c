@@ -63,6 +63,26 @@ ss_status ss_source_info_scale(ss_ctx *ctx, ss_source_info *info, double value) 
   return SS_OK;
 }
 
+ss_status ss_source_check_rate(ss_ctx *ctx, const char *file, const char *field, double rate_hz) {
+  if (rate_hz >= SS_SOURCE_MIN_RATE_HZ && rate_hz <= SS_SOURCE_MAX_RATE_HZ) return SS_OK;
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected a sampling rate in [%g, %g] Hz, got %.9g", file, field,
+                 SS_SOURCE_MIN_RATE_HZ, SS_SOURCE_MAX_RATE_HZ, rate_hz);
+}
+
+ss_status ss_source_check_channels(ss_ctx *ctx, const char *file, const char *field, int64_t n, const char *detail) {
+  if (n >= 1 && n <= SS_SOURCE_MAX_CHANNELS) return SS_OK;
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected 1 to %d channels, got %lld%s", file, field, SS_SOURCE_MAX_CHANNELS,
+                 (long long)n, detail ? detail : "");
+}
+
+ss_status ss_source_check_scales(ss_ctx *ctx, const char *file, const char *field, const double *scale, int n) {
+  for (int c = 0; c < n; c++)
+    if (!isfinite(scale[c]) || scale[c] == 0.0)
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: channel %d: expected a finite non-zero scale, got %.9g", file, field, c,
+                     scale[c]);
+  return SS_OK;
+}
+
 static int binary_extension(const char *path) {
   const char *dot = strrchr(path, '.');
   return dot && (!strcmp(dot, ".bin") || !strcmp(dot, ".dat") || !strcmp(dot, ".raw"));

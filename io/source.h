@@ -47,6 +47,12 @@ typedef enum {
 
 typedef enum { SS_LAYOUT_TIME_MAJOR = 0, SS_LAYOUT_CHANNEL_MAJOR } ss_layout;
 
+/* Accepted recordings: a sampling rate in [SS_SOURCE_MIN_RATE_HZ, SS_SOURCE_MAX_RATE_HZ] and 1 to
+ * SS_SOURCE_MAX_CHANNELS channels, whatever the format (docs/formats.md). */
+#define SS_SOURCE_MIN_RATE_HZ 1.0
+#define SS_SOURCE_MAX_RATE_HZ 1e6
+#define SS_SOURCE_MAX_CHANNELS 4096
+
 #define SS_SOURCE_PATH_MAX 4096
 #define SS_SOURCE_NAME_MAX 512
 

@@ -16,9 +16,11 @@ static ss_status check_spec(ss_ctx *ctx, const ss_source_spec *spec) {
   if (spec->n_channels <= 0)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: flat binary needs the channel count (--channels N), got %d", spec->path,
                    spec->n_channels);
-  if (!(spec->rate_hz > 0) || spec->rate_hz > 1e12)
+  SS_TRY(ss_source_check_channels(ctx, spec->path, "--channels", spec->n_channels, NULL));
+  if (!(spec->rate_hz > 0))
     return ss_fail(ctx, SS_ERR_INPUT, "%s: flat binary needs the sampling rate (--rate HZ), got %g", spec->path,
                    spec->rate_hz);
+  SS_TRY(ss_source_check_rate(ctx, spec->path, "--rate", spec->rate_hz));
   if (spec->byte_offset < 0)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: byte offset: expected >= 0, got %lld", spec->path,
                    (long long)spec->byte_offset);
@@ -55,6 +57,7 @@ ss_status ss_source_open_binary(ss_ctx *ctx, const ss_source_spec *spec, ss_sour
   info->n_channels = spec->n_channels;
   info->n_samples = body / frame;
   store->fd = fd;
+  store->file_size = (int64_t)sb.st_size;
   store->elem = SS_ELEM_I16;
   store->elem_size = BINARY_SAMPLE_BYTES;
   store->dims[0] = store->cdims[0] = info->n_samples;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/h5_util.h"
@@ -127,10 +128,14 @@ static ss_status check_dataset(ss_ctx *ctx, h5src *h, const char *path, ss_layou
   }
   int td = layout == SS_LAYOUT_TIME_MAJOR ? 0 : 1;
   info->n_samples = dims[td];
-  info->n_channels = (int)dims[1 - td];
-  if (dims[1 - td] == 0 || dims[1 - td] > INT32_MAX)
+  char detail[128], field[SS_SOURCE_NAME_MAX + 16];
+  snprintf(detail, sizeof(detail), " (shape %lld x %lld, %s)", (long long)dims[0], (long long)dims[1], shape);
+  snprintf(field, sizeof(field), "dataset %s", path);
+  if (dims[1 - td] == 0)
     st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: zero channels (shape %lld x %lld, %s)", h->file, path,
                  (long long)dims[0], (long long)dims[1], shape);
+  else if (dims[1 - td] > SS_SOURCE_MAX_CHANNELS)
+    st = ss_source_check_channels(ctx, h->file, field, dims[1 - td], detail);
   else if (dims[td] == 0)
     st = ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: no samples (shape %lld x %lld, %s)", h->file, path,
                  (long long)dims[0], (long long)dims[1], shape);
@@ -138,6 +143,7 @@ static ss_status check_dataset(ss_ctx *ctx, h5src *h, const char *path, ss_layou
     H5Dclose(d);
     return st;
   }
+  info->n_channels = (int)dims[1 - td];
   *elem = cls == H5T_INTEGER ? SS_ELEM_I16 : size == 4 ? SS_ELEM_F32 : SS_ELEM_F64;
   ss_h5_path(info->dtype, sizeof(info->dtype), "%s", tn);
   ss_h5_path(info->dataset, sizeof(info->dataset), "%s", path);
@@ -187,10 +193,41 @@ static int map_storage(h5src *h, hid_t d, ss_store *s) {
     s->tile_off[i] = addr == HADDR_UNDEF ? -1 : (int64_t)addr; /* unwritten: the fill value, zero */
   }
   s->fd = open(h->file, O_RDONLY);
+  struct stat sb;
+  s->file_size = s->fd >= 0 && fstat(s->fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
 #ifdef POSIX_FADV_SEQUENTIAL
   if (s->fd >= 0) posix_fadvise(s->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 #endif
   return s->fd >= 0;
+}
+
+/* Refuse a dataset whose declared size the file cannot back: contiguous storage smaller than
+ * declared (or past the end of the file), or chunked storage with no chunk at all. Reading it would
+ * produce fill values for as long as the declared extent, which is not a recording. */
+static ss_status check_storage(ss_ctx *ctx, h5src *h, hid_t d, const char *path, const ss_store *s) {
+  hid_t dcpl = H5Dget_create_plist(d);
+  H5D_layout_t layout = H5Pget_layout(dcpl);
+  int external = H5Pget_external_count(dcpl) > 0;
+  H5Pclose(dcpl);
+  if (external || (layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED)) return SS_OK;
+  uint64_t declared = (uint64_t)s->dims[0] * (uint64_t)s->dims[1] * s->elem_size; /* < 2^63: HDF5 bounds the extent */
+  uint64_t stored = H5Dget_storage_size(d);
+  if (layout == H5D_CONTIGUOUS) {
+    haddr_t addr = H5Dget_offset(d);
+    struct stat sb;
+    if (addr != HADDR_UNDEF && stat(h->file, &sb) == 0 && (uint64_t)sb.st_size < addr + stored)
+      stored = (uint64_t)sb.st_size > addr ? (uint64_t)sb.st_size - addr : 0; /* the file was cut short */
+    if (stored >= declared) return SS_OK;
+  } else if (stored > 0) {
+    return SS_OK;
+  }
+  char stores[64];
+  if (layout == H5D_CONTIGUOUS) snprintf(stores, sizeof(stores), "%llu bytes", (unsigned long long)stored);
+  else snprintf(stores, sizeof(stores), "no chunk");
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: declares %lld x %lld %s samples (%llu bytes), the file stores %s "
+                 "of them (%s)", h->file, path, (long long)s->dims[0], (long long)s->dims[1],
+                 s->elem == SS_ELEM_I16 ? "int16" : s->elem == SS_ELEM_F32 ? "float32" : "float64",
+                 (unsigned long long)declared, stores, layout == H5D_CONTIGUOUS ? "contiguous" : "chunked");
 }
 
 static ss_status open_store(ss_ctx *ctx, h5src *h, const char *path, ss_layout layout, ss_source_info *info,
@@ -203,6 +240,11 @@ static ss_status open_store(ss_ctx *ctx, h5src *h, const char *path, ss_layout l
   ss_h5_shape(d, dims);
   s->dims[0] = dims[0];
   s->dims[1] = dims[1];
+  ss_status st = check_storage(ctx, h, d, path, s);
+  if (st != SS_OK) {
+    H5Dclose(d);
+    return st;
+  }
   if (map_storage(h, d, s)) {
     H5Dclose(d);
     return SS_OK;
@@ -262,6 +304,7 @@ static ss_status check_timestamps(ss_ctx *ctx, h5src *h, hid_t d, const char *pa
       prev = t;
     }
   }
+  SS_TRY(ss_source_check_rate(ctx, h->file, path, 1.0 / dt));
   info->rate_hz = 1.0 / dt;
   info->start_time_s = first;
   info->from_timestamps = 1;
@@ -296,9 +339,10 @@ static ss_status nwb_timing(ss_ctx *ctx, h5src *h, ss_source_info *info) {
     int have_rate = ss_h5_read_attr_f64(d, "rate", &rate);
     herr_t e = H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &start);
     H5Dclose(d);
-    if (!have_rate || !(rate > 0) || !isfinite(rate))
-      return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute rate: expected a number > 0, got %s", h->file, path,
-                     have_rate ? "a non-positive value" : "none");
+    if (!have_rate) return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute rate: missing or not a number", h->file, path);
+    char field[SS_SOURCE_NAME_MAX + 64];
+    snprintf(field, sizeof(field), "%s: attribute rate", path);
+    SS_TRY(ss_source_check_rate(ctx, h->file, field, rate));
     if (e < 0 || !isfinite(start)) return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected a finite number", h->file, path);
     info->rate_hz = rate;
     info->start_time_s = start;
@@ -337,45 +381,49 @@ static ss_status nwb_scale(ss_ctx *ctx, h5src *h, ss_source_info *info) {
   if (n != info->n_channels)
     st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected %d values (one per channel), got %lld", h->file, path,
                  info->n_channels, (long long)n);
+  if (st == SS_OK) st = ss_source_check_scales(ctx, h->file, path, cc, info->n_channels);
   for (int c = 0; c < info->n_channels && st == SS_OK; c++) info->uv_per_step[c] *= cc[c];
   free(cc);
   return st;
 }
 
 /* Electrode positions: the series' electrodes region into the electrodes table's rel_x/rel_y (probe
- * coordinates, NWB >= 2.5) or else x/y. Absent or inconsistent tables just mean no positions. */
+ * coordinates, NWB >= 2.5) or else x/y. A table without position columns means no positions; a
+ * table that has them but does not fit the series (lengths, region rows, non-finite values) is
+ * refused, since `sort` would otherwise fall back to a default probe. */
 static ss_status nwb_positions(ss_ctx *ctx, h5src *h, ss_source_info *info) {
   const char *cols[2][2] = {{NWB_ELECTRODES "/rel_x", NWB_ELECTRODES "/rel_y"},
                             {NWB_ELECTRODES "/x", NWB_ELECTRODES "/y"}};
   int k = ss_h5_is_dataset(h->fid, cols[0][0]) && ss_h5_is_dataset(h->fid, cols[0][1]) ? 0 : 1;
   if (!ss_h5_is_dataset(h->fid, cols[k][0]) || !ss_h5_is_dataset(h->fid, cols[k][1])) return SS_OK;
-  ss_ctx quiet;
-  ss_ctx_init(&quiet);
   double *x = NULL, *y = NULL, *rows = NULL;
   int64_t nx = 0, ny = 0, nr = 0;
   char region[SS_SOURCE_NAME_MAX + 32];
   snprintf(region, sizeof(region), "%s/electrodes", h->group);
-  int ok = ss_h5_read_f64_vector(&quiet, h->fid, cols[k][0], h->file, &x, &nx) == SS_OK &&
-           ss_h5_read_f64_vector(&quiet, h->fid, cols[k][1], h->file, &y, &ny) == SS_OK && nx == ny;
-  if (ok && ss_h5_is_dataset(h->fid, region))
-    ok = ss_h5_read_f64_vector(&quiet, h->fid, region, h->file, &rows, &nr) == SS_OK && nr == info->n_channels;
-  else
-    ok = ok && nx == info->n_channels; /* no region: the table's rows are the channels */
-  ss_status st = SS_OK;
-  if (ok) {
-    st = SS_ALLOC(ctx, info->x_um, (size_t)info->n_channels, "positions");
-    if (st == SS_OK) st = SS_ALLOC(ctx, info->y_um, (size_t)info->n_channels, "positions");
-    for (int c = 0; c < info->n_channels && st == SS_OK; c++) {
-      int64_t r = rows ? (int64_t)rows[c] : c;
-      if (r < 0 || r >= nx) {
-        ok = 0;
-        break;
-      }
-      info->x_um[c] = x[r];
-      info->y_um[c] = y[r];
-    }
-    info->has_positions = ok && st == SS_OK;
+  int has_region = ss_h5_is_dataset(h->fid, region);
+  ss_status st = ss_h5_read_f64_vector(ctx, h->fid, cols[k][0], h->file, &x, &nx);
+  if (st == SS_OK) st = ss_h5_read_f64_vector(ctx, h->fid, cols[k][1], h->file, &y, &ny);
+  if (st == SS_OK && nx != ny)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: %lld values, expected %lld like %s", h->file, cols[k][0], (long long)nx,
+                 (long long)ny, cols[k][1]);
+  if (st == SS_OK && has_region) st = ss_h5_read_f64_vector(ctx, h->fid, region, h->file, &rows, &nr);
+  if (st == SS_OK && (has_region ? nr : nx) != info->n_channels)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: %lld rows, expected %d (one per channel of the series)", h->file,
+                 has_region ? region : cols[k][0], (long long)(has_region ? nr : nx), info->n_channels);
+  if (st == SS_OK) st = SS_ALLOC(ctx, info->x_um, (size_t)info->n_channels, "positions");
+  if (st == SS_OK) st = SS_ALLOC(ctx, info->y_um, (size_t)info->n_channels, "positions");
+  for (int c = 0; c < info->n_channels && st == SS_OK; c++) {
+    double r = rows ? rows[c] : c;
+    if (!(r >= 0 && r < (double)nx) || r != floor(r))
+      st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: channel %d: row %.9g is outside the electrodes table (%lld rows)",
+                   h->file, region, c, r, (long long)nx);
+    else if (!isfinite(x[(int64_t)r]) || !isfinite(y[(int64_t)r]))
+      st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: row %lld: position (%.9g, %.9g) is not finite", h->file, NWB_ELECTRODES,
+                   (long long)r, x[(int64_t)r], y[(int64_t)r]);
+    else
+      info->x_um[c] = x[(int64_t)r], info->y_um[c] = y[(int64_t)r];
   }
+  info->has_positions = st == SS_OK;
   free(x);
   free(y);
   free(rows);
@@ -398,9 +446,12 @@ static ss_status kwik_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec
   H5Dclose(d);
   H5Gclose(g);
   if (!have) rate = spec->rate_hz;
-  if (!(rate > 0) || !isfinite(rate))
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute sample_rate: expected a number > 0, got %s%s", h->file,
-                   h->group, have ? "a non-positive value" : "none", have ? "" : " (give --rate HZ)");
+  if (!have && !(rate > 0))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: attribute sample_rate: expected a number > 0, got none (give --rate HZ)",
+                   h->file, h->group);
+  char field[SS_SOURCE_NAME_MAX + 64];
+  snprintf(field, sizeof(field), "%s: attribute sample_rate", h->group);
+  SS_TRY(ss_source_check_rate(ctx, h->file, have ? field : "--rate", rate));
   info->rate_hz = rate;
   info->start_time_s = isfinite(start) ? start : 0.0;
   info->scale_known = spec->uv_per_step > 0;
@@ -410,8 +461,11 @@ static ss_status kwik_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec
   snprintf(app, sizeof(app), "%s/application_data", h->group);
   if (ss_h5_is_group(h->fid, app)) {
     g = H5Gopen2(h->fid, app, H5P_DEFAULT);
-    if (ss_h5_read_attr_f64s(g, "channel_bit_volts", info->uv_per_step, info->n_channels)) info->scale_known = 1;
+    int found = ss_h5_read_attr_f64s(g, "channel_bit_volts", info->uv_per_step, info->n_channels);
     H5Gclose(g);
+    snprintf(field, sizeof(field), "%s: attribute channel_bit_volts", app);
+    if (found) SS_TRY(ss_source_check_scales(ctx, h->file, field, info->uv_per_step, info->n_channels));
+    if (found) info->scale_known = 1;
   }
   return SS_OK;
 }
@@ -420,6 +474,7 @@ static ss_status plain_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spe
   if (!(spec->rate_hz > 0) || !isfinite(spec->rate_hz))
     return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: a plain HDF5 dataset needs the sampling rate (--rate HZ), got %g",
                    h->file, info->dataset, spec->rate_hz);
+  SS_TRY(ss_source_check_rate(ctx, h->file, "--rate", spec->rate_hz));
   info->rate_hz = spec->rate_hz;
   info->scale_known = spec->uv_per_step > 0;
   return ss_source_info_scale(ctx, info, spec->uv_per_step > 0 ? spec->uv_per_step : 1.0);

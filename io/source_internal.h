@@ -26,6 +26,7 @@ typedef struct {
   int64_t cdims[2];   /* tile dims (= dims when contiguous) */
   int64_t grid[2];    /* tiles along each dim */
   int64_t *tile_off;  /* byte offset of each tile, row-major over grid; -1: never written (zeros) */
+  int64_t file_size;  /* bytes, as stat'ed at open: a shorter file later was cut while being read */
   /* HDF5 path */
   hid_t h5file, h5dset;
   /* staging for tiles that cannot be read straight into the output */
@@ -45,6 +46,13 @@ ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source
 ss_status ss_source_open_binary(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store);
 /* 1 when the path names an HDF5 file. */
 int ss_source_is_hdf5(const char *path);
+
+/* Range checks shared by the back-ends; `field` names what was read ("--rate", a dataset or an
+ * attribute path) and the refusal quotes the value as it is (nan, inf included). */
+ss_status ss_source_check_rate(ss_ctx *ctx, const char *file, const char *field, double rate_hz);
+ss_status ss_source_check_channels(ss_ctx *ctx, const char *file, const char *field, int64_t n, const char *detail);
+/* Every channel's scale finite and non-zero. */
+ss_status ss_source_check_scales(ss_ctx *ctx, const char *file, const char *field, const double *scale, int n);
 
 /* Allocate info->uv_per_step with every channel at `value`. */
 ss_status ss_source_info_scale(ss_ctx *ctx, ss_source_info *info, double value);

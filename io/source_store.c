@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/source_internal.h"
@@ -32,14 +33,32 @@ static ss_status scratch(ss_ctx *ctx, ss_store *s, size_t bytes) {
   return SS_OK;
 }
 
-static ss_status pread_all(ss_ctx *ctx, int fd, const char *file, void *buf, size_t bytes, int64_t off) {
+/* A read that met the end of the file inside the data: the file shrank after it was opened. Names
+ * the sample where the data now end when the storage is one time-major tile (flat binary). */
+static ss_status cut_short(ss_ctx *ctx, const ss_store *s, const char *file, int64_t off) {
+  struct stat sb;
+  int64_t now = fstat(s->fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
+  int64_t frame = s->dims[1] * (int64_t)s->elem_size;
+  if (!s->transposed && s->grid[0] == 1 && s->grid[1] == 1 && s->tile_off[0] >= 0 && now >= 0) {
+    int64_t end = now > s->tile_off[0] ? (now - s->tile_off[0]) / frame : 0;
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: truncated while being read: the data end at sample %lld of %lld (file size "
+                   "%lld bytes, %lld when opened)", file, (long long)end, (long long)s->dims[0], (long long)now,
+                   (long long)s->file_size);
+  }
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: truncated while being read: no data at byte %lld (file size %lld bytes, %lld "
+                 "when opened)", file, (long long)off, (long long)now, (long long)s->file_size);
+}
+
+static ss_status pread_all(ss_ctx *ctx, const ss_store *s, const char *file, void *buf, size_t bytes, int64_t off) {
   char *p = buf;
+  int fd = s->fd;
   while (bytes > 0) {
     ssize_t got = pread(fd, p, bytes, (off_t)off);
     if (got < 0 && errno == EINTR) continue;
-    if (got <= 0)
+    if (got == 0) return cut_short(ctx, s, file, off);
+    if (got < 0)
       return ss_fail(ctx, SS_ERR_IO, "%s: read of %zu bytes at offset %lld failed: %s", file, bytes, (long long)off,
-                     got < 0 ? strerror(errno) : "unexpected end of file");
+                     strerror(errno));
     p += got;
     bytes -= (size_t)got;
     off += got;
@@ -77,16 +96,16 @@ static ss_status read_tile(ss_ctx *ctx, ss_store *s, const char *file, int64_t t
       memset(dst, 0, (size_t)(nr * nk) * es);
       return SS_OK;
     }
-    return pread_all(ctx, s->fd, file, dst, (size_t)(nr * nk) * es, off + (lr * cw) * (int64_t)es);
+    return pread_all(ctx, s, file, dst, (size_t)(nr * nk) * es, off + (lr * cw) * (int64_t)es);
   }
   SS_TRY(scratch(ctx, s, (size_t)(nr * nk) * es));
   if (off < 0) {
     memset(s->scratch, 0, (size_t)(nr * nk) * es);
   } else if (full_width) {
-    SS_TRY(pread_all(ctx, s->fd, file, s->scratch, (size_t)(nr * nk) * es, off + (lr * cw) * (int64_t)es));
+    SS_TRY(pread_all(ctx, s, file, s->scratch, (size_t)(nr * nk) * es, off + (lr * cw) * (int64_t)es));
   } else {
     for (int64_t i = 0; i < nr; i++)
-      SS_TRY(pread_all(ctx, s->fd, file, s->scratch + (size_t)(i * nk) * es, (size_t)nk * es,
+      SS_TRY(pread_all(ctx, s, file, s->scratch + (size_t)(i * nk) * es, (size_t)nk * es,
                        off + ((lr + i) * cw + lk) * (int64_t)es));
   }
   scatter(s, s->scratch, r0, nr, k0, nk, t0, out);

@@ -531,7 +531,7 @@ static void command_line(void **state) {
   assert_non_null(strstr(err, "spikestream compare: expected two inputs: SORTED GROUND_TRUTH"));
   free(out), free(err);
   assert_int_equal(ss_test_run_cli("compare a b --window-ms -1", &out, &err), 2);
-  assert_non_null(strstr(err, "spikestream compare: --window-ms: expected a number >= 0, got \"-1\""));
+  assert_non_null(strstr(err, "spikestream compare: --window-ms: expected a number in [0, 1000] (ms), got \"-1\""));
   free(out), free(err);
   assert_int_equal(ss_test_run_cli("compare a b --exclude 1,x", &out, &err), 2);
   free(out), free(err);

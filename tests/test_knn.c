@@ -204,6 +204,15 @@ static void csv_errors(void **state) {
   expect_csv_error("fraction.csv", "2,0,2,2\n1,2,0\n3,4,0.5\n",
                    "row 2: class: expected -1 or an integer in [0, 2), got 0.5");
 
+  /* header sizes: overflow and range are refused with the field and the text as written */
+  expect_csv_error("dimmax.csv", "2,0,2,9223372036854775807\n1,2,0\n3,4,1\n",
+                   "line 1: header: dim: expected an integer in [1, 65536], got \"9223372036854775807\"");
+  expect_csv_error("digits.csv", "12345678901234567890123,0,2,2\n1,2,0\n",
+                   "line 1: header: numels: expected an integer in [0, 1000000000000], got "
+                   "\"12345678901234567890123\"");
+  expect_csv_error("classes.csv", "1,0,-3,2\n1,2,0\n",
+                   "line 1: header: classes: expected an integer in [1, 2147483647], got \"-3\"");
+
   /* the names line is optional */
   ss_ctx ctx;
   ss_test_ctx(&ctx);

@@ -220,6 +220,17 @@ static void rejects_bad_headers(void **state) {
                 "data: shape (3, 4) of float32 needs 48 bytes, the file holds 40 (truncated)");
   expect_reject("long.npy", "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", 8, SS_ERR_INPUT,
                 "data: shape (3,) of int16 needs 6 bytes, the file holds 8");
+  /* the declared size is checked against the file before anything is allocated */
+  expect_reject("huge.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }", 0,
+                SS_ERR_INPUT, "data: shape (1000000, 1000000) of float64 needs 8000000000000 bytes, the file holds 0 "
+                "(truncated)");
+  /* a zero dimension does not excuse an element count or byte size that overflows */
+  expect_reject("ovf0.npy", "{'descr': '|u1', 'fortran_order': True, 'shape': (0, 4294967296, 2147483648), }", 0,
+                SS_ERR_INPUT, "header: shape (0, 4294967296, 2147483648) of uint8: the size in bytes overflows");
+  expect_reject("ovf1.npy", "{'descr': '|u1', 'fortran_order': False, 'shape': (4294967296, 2147483648, 0), }", 0,
+                SS_ERR_INPUT, "header: shape (4294967296, 2147483648, 0) of uint8: the size in bytes overflows");
+  expect_reject("ovf2.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 536870912), }", 0,
+                SS_ERR_INPUT, "header: shape (4294967296, 536870912) of float64: the size in bytes overflows");
   expect_reject("fo.npy", "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }", 8, SS_ERR_INPUT,
                 "header: fortran_order: expected True or False, got \"Maybe, 'shape': (2,)\"");
   expect_reject("mk.npy", "{'descr': '<f4', 'shape': (2,), }", 8, SS_ERR_INPUT, "header: missing key 'fortran_order'");
@@ -325,6 +336,22 @@ static void atomic_write_never_leaves_partial_files(void **state) {
   assert_int_equal(count_entries(ss_test_tmpdir(), ".ab.txt"), 0);
 }
 
+static void array_shape_overflow(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  int64_t n = -1;
+  const int64_t zero_first[3] = {0, INT64_C(1) << 40, INT64_C(1) << 40};
+  assert_false(ss_shape_count(3, zero_first, 1, &n));
+  const int64_t fits[2] = {3, 5};
+  assert_true(ss_shape_count(2, fits, 8, &n));
+  assert_int_equal(n, 15);
+  const int64_t bytes[1] = {INT64_C(1) << 61};
+  assert_false(ss_shape_count(1, bytes, 8, &n));
+  ss_array a;
+  assert_int_not_equal(ss_array_alloc(&ctx, &a, SS_DT_U8, 3, zero_first), SS_OK);
+}
+
 static void array_conversions(void **state) {
   (void)state;
   ss_ctx ctx;
@@ -383,7 +410,7 @@ int main(void) {
       cmocka_unit_test(rejects_bad_headers),
       cmocka_unit_test(rejects_bad_files),
       cmocka_unit_test(atomic_write_never_leaves_partial_files),
-      cmocka_unit_test(array_conversions),
+      cmocka_unit_test(array_shape_overflow), cmocka_unit_test(array_conversions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

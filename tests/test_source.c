@@ -432,6 +432,172 @@ static void bad_kwik(void **state) {
   expect_error(&s, want);
 }
 
+/* ---------------------------------------------------------------- metadata out of range */
+
+/* Replace (or create) a float64 attribute of the object at `obj_path`. */
+static void set_attr(const char *path, const char *obj_path, const char *name, hid_t type, const void *v) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), o = H5Oopen(f, obj_path, H5P_DEFAULT);
+  assert_true(o >= 0);
+  if (H5Aexists(o, name) > 0) H5Adelete(o, name);
+  hid_t s = H5Screate(H5S_SCALAR), a = H5Acreate2(o, name, type, s, H5P_DEFAULT, H5P_DEFAULT);
+  assert_true(H5Awrite(a, type, v) >= 0);
+  H5Aclose(a), H5Sclose(s), H5Oclose(o), H5Fclose(f);
+}
+
+/* Replace (or create) the 1-D dataset `name` with n values of v (memory type mtype). */
+static void set_vector(const char *path, const char *name, hid_t ftype, hid_t mtype, const void *v, hsize_t n) {
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  if (H5Lexists(f, name, H5P_DEFAULT) > 0) H5Ldelete(f, name, H5P_DEFAULT);
+  H5Dclose(dataset(f, name, ftype, mtype, v, 1, n, 1, 0, 0, 0));
+  H5Fclose(f);
+}
+
+static void bad_rate_and_channels(void **state) {
+  (void)state;
+  char path[512], want[1024];
+  const char *st_path = "/acquisition/ElectricalSeries/starting_time";
+  ss_test_path(path, sizeof(path), "rate.nwb");
+  write_nwb(path, 0);
+  ss_source_spec s = {.path = path};
+  double v = 1e300;
+  set_attr(path, st_path, "rate", H5T_NATIVE_DOUBLE, &v);
+  snprintf(want, sizeof(want), "%s: %s: attribute rate: expected a sampling rate in [1, 1e+06] Hz, got 1e+300", path,
+           st_path);
+  expect_error(&s, want);
+  v = NAN;
+  set_attr(path, st_path, "rate", H5T_NATIVE_DOUBLE, &v);
+  snprintf(want, sizeof(want), "%s: %s: attribute rate: expected a sampling rate in [1, 1e+06] Hz, got nan", path,
+           st_path);
+  expect_error(&s, want);
+  long double huge = 1e400L; /* beyond double: read back as infinite */
+  set_attr(path, st_path, "rate", H5T_NATIVE_LDOUBLE, &huge);
+  snprintf(want, sizeof(want), "%s: %s: attribute rate: expected a sampling rate in [1, 1e+06] Hz, got ", path,
+           st_path);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_source *src = NULL;
+  assert_int_equal(ss_source_open(&ctx, &s, &src), SS_ERR_INPUT);
+  assert_true(strncmp(ss_error_message(&ctx), want, strlen(want)) == 0);
+
+  ss_test_path(path, sizeof(path), "rate.raw.kwd");
+  write_kwik(path);
+  v = 0.5;
+  set_attr(path, "/recordings/0", "sample_rate", H5T_NATIVE_DOUBLE, &v);
+  ss_source_spec k = {.path = path};
+  snprintf(want, sizeof(want), "%s: /recordings/0: attribute sample_rate: expected a sampling rate in [1, 1e+06] Hz, "
+           "got 0.5", path);
+  expect_error(&k, want);
+
+  /* 2^31 channels, declared only (chunked, nothing written) */
+  ss_test_path(path, sizeof(path), "wide.h5");
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dclose(dataset(f, "/wide", H5T_STD_I16LE, H5T_NATIVE_INT16, NULL, 2, 2, (hsize_t)1 << 31, 1, 1024, 0));
+  H5Fclose(f);
+  ss_source_spec w = {.path = path, .dataset = "/wide", .rate_hz = RATE};
+  snprintf(want, sizeof(want), "%s: dataset /wide: expected 1 to 4096 channels, got 2147483648 (shape 2 x 2147483648, "
+           "time x channels)", path);
+  expect_error(&w, want);
+  w.rate_hz = 2e6;
+  ss_test_path(path, sizeof(path), "rate.dat");
+  write_binary(path);
+  ss_source_spec b = {.path = path, .n_channels = C, .rate_hz = 2e6};
+  snprintf(want, sizeof(want), "%s: --rate: expected a sampling rate in [1, 1e+06] Hz, got 2000000", path);
+  expect_error(&b, want);
+  b.rate_hz = RATE;
+  b.n_channels = 5000;
+  snprintf(want, sizeof(want), "%s: --channels: expected 1 to 4096 channels, got 5000", path);
+  expect_error(&b, want);
+}
+
+static void bad_scales_and_electrodes(void **state) {
+  (void)state;
+  char path[512], want[1024];
+  ss_test_path(path, sizeof(path), "scale.nwb");
+  write_nwb(path, 0);
+  ss_source_spec s = {.path = path};
+  double cc[C] = {1, 1, 1, NAN, 1, 1, 1};
+  const char *cc_path = "/acquisition/ElectricalSeries/channel_conversion";
+  set_vector(path, cc_path, H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE, cc, C);
+  snprintf(want, sizeof(want), "%s: %s: channel 3: expected a finite non-zero scale, got nan", path, cc_path);
+  expect_error(&s, want);
+  cc[3] = 1, cc[5] = 0;
+  set_vector(path, cc_path, H5T_IEEE_F32LE, H5T_NATIVE_DOUBLE, cc, C);
+  snprintf(want, sizeof(want), "%s: %s: channel 5: expected a finite non-zero scale, got 0", path, cc_path);
+  expect_error(&s, want);
+
+  /* the electrodes table: a region row outside it, then a column of the wrong length */
+  ss_test_path(path, sizeof(path), "electrodes.nwb");
+  write_nwb(path, 0);
+  int64_t rows[C] = {0, 1, 2, 3, 4, 99, 6};
+  set_vector(path, "/acquisition/ElectricalSeries/electrodes", H5T_STD_I64LE, H5T_NATIVE_INT64, rows, C);
+  snprintf(want, sizeof(want), "%s: /acquisition/ElectricalSeries/electrodes: channel 5: row 99 is outside the "
+           "electrodes table (7 rows)", path);
+  expect_error(&s, want);
+  write_nwb(path, 0);
+  set_vector(path, "/general/extracellular_ephys/electrodes/rel_x", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, xs, C - 2);
+  snprintf(want, sizeof(want), "%s: general/extracellular_ephys/electrodes/rel_x: 5 values, expected 7 like "
+           "general/extracellular_ephys/electrodes/rel_y", path);
+  expect_error(&s, want);
+
+  ss_test_path(path, sizeof(path), "scale.raw.kwd");
+  write_kwik(path);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gcreate2(f, "/recordings/0/application_data", H5P_DEFAULT,
+                                                                     H5P_DEFAULT, H5P_DEFAULT);
+  double bv[C] = {0.195, 0, 0.195, 0.195, 0.195, 0.195, 0.195};
+  hsize_t n = C;
+  hid_t sp = H5Screate_simple(1, &n, NULL), a = H5Acreate2(g, "channel_bit_volts", H5T_IEEE_F64LE, sp, H5P_DEFAULT,
+                                                           H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_DOUBLE, bv);
+  H5Aclose(a), H5Sclose(sp), H5Gclose(g), H5Fclose(f);
+  ss_source_spec k = {.path = path};
+  snprintf(want, sizeof(want), "%s: /recordings/0/application_data: attribute channel_bit_volts: channel 1: expected a "
+           "finite non-zero scale, got 0", path);
+  expect_error(&k, want);
+}
+
+/* Declared sizes the file cannot back: refused at open, not read as zeros for minutes. */
+static void storage_smaller_than_declared(void **state) {
+  (void)state;
+  char path[512], want[1024];
+  ss_test_path(path, sizeof(path), "hollow.h5");
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dclose(dataset(f, "/contig", H5T_STD_I16LE, H5T_NATIVE_INT16, NULL, 2, (hsize_t)1 << 40, 4, 0, 0, 0));
+  H5Dclose(dataset(f, "/chunked", H5T_STD_I16LE, H5T_NATIVE_INT16, NULL, 2, (hsize_t)1 << 40, 4, 65536, 4, 0));
+  H5Fclose(f);
+  ss_source_spec s = {.path = path, .dataset = "/contig", .rate_hz = RATE};
+  snprintf(want, sizeof(want), "%s: dataset /contig: declares 1099511627776 x 4 int16 samples (8796093022208 bytes), "
+           "the file stores 0 bytes of them (contiguous)", path);
+  expect_error(&s, want);
+  s.dataset = "/chunked";
+  snprintf(want, sizeof(want), "%s: dataset /chunked: declares 1099511627776 x 4 int16 samples (8796093022208 bytes), "
+           "the file stores no chunk of them (chunked)", path);
+  expect_error(&s, want);
+}
+
+/* A flat binary cut short after it was opened: the read that finds the end says where. */
+static void binary_truncated_while_read(void **state) {
+  (void)state;
+  char path[512], want[1024];
+  ss_test_path(path, sizeof(path), "shrinks.dat");
+  write_binary(path);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_source_spec s = {.path = path, .n_channels = C, .rate_hz = RATE, .byte_offset = BIN_HEADER};
+  ss_source *src = NULL;
+  ok(&ctx, ss_source_open(&ctx, &s, &src));
+  ok(&ctx, ss_source_configure(&ctx, src, 10000, 16, 16));
+  ss_chunk ch;
+  ok(&ctx, ss_source_chunk(&ctx, src, 0, &ch));
+  assert_int_equal(truncate(path, BIN_HEADER + (off_t)35000 * C * 2), 0);
+  ss_status st = SS_OK;
+  for (int64_t i = 1; i < ss_source_n_chunks(src) && st == SS_OK; i++) st = ss_source_chunk(&ctx, src, i, &ch);
+  assert_int_equal(st, SS_ERR_INPUT);
+  snprintf(want, sizeof(want), "%s: truncated while being read: the data end at sample 35000 of %d (file size %d "
+           "bytes, %d when opened)", path, N, BIN_HEADER + 35000 * C * 2, BIN_HEADER + N * C * 2);
+  assert_string_equal(ss_error_message(&ctx), want);
+  ss_source_close(src);
+}
+
 /* ---------------------------------------------------------------- CLI */
 
 static void cli_inspect(void **state) {
@@ -533,7 +699,9 @@ int main(void) {
       cmocka_unit_test(nwb_rate_and_timestamps), cmocka_unit_test(kwik_plain_binary), cmocka_unit_test(float_data),
       cmocka_unit_test(limited_view),
       cmocka_unit_test(bad_hdf5),  cmocka_unit_test(bad_binary),   cmocka_unit_test(bad_nwb),
-      cmocka_unit_test(bad_kwik),  cmocka_unit_test(cli_inspect),  cmocka_unit_test(constant_memory),
+      cmocka_unit_test(bad_kwik),  cmocka_unit_test(bad_rate_and_channels), cmocka_unit_test(bad_scales_and_electrodes),
+      cmocka_unit_test(storage_smaller_than_declared), cmocka_unit_test(binary_truncated_while_read),
+      cmocka_unit_test(cli_inspect),  cmocka_unit_test(constant_memory),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   free(rec);

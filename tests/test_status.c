@@ -1,6 +1,7 @@
-/* test_status.c — status strings, exit codes, message accumulation and prefixing. */
+/* test_status.c — status strings, exit codes, message accumulation and prefixing, checked size parsing. */
 #include <string.h>
 
+#include "core/parse.h"
 #include "ss_test.h"
 
 static void exit_codes(void **state) {
@@ -54,12 +55,37 @@ static void alloc_overflow_is_reported(void **state) {
   assert_null(p);
 }
 
+static void parse_size_checks_overflow_and_range(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  int64_t v = 7;
+  assert_int_equal(ss_parse_size(&ctx, " 42 ", 0, 100, &v), SS_OK);
+  assert_int_equal(v, 42);
+  assert_int_equal(ss_parse_size(&ctx, "-9223372036854775808", INT64_MIN, 0, &v), SS_OK);
+  assert_true(v == INT64_MIN);
+  assert_int_equal(ss_parse_size(&ctx, "9223372036854775807", 0, INT64_MAX, &v), SS_OK);
+  assert_true(v == INT64_MAX);
+  v = 7;
+  assert_int_equal(ss_parse_size(&ctx, "9223372036854775808", 0, INT64_MAX, &v), SS_ERR_INPUT);
+  assert_string_equal(ss_error_message(&ctx),
+                      "expected an integer in [0, 9223372036854775807], got \"9223372036854775808\"");
+  assert_int_equal(ss_parse_size(&ctx, "12345678901234567890123", 1, 10, &v), SS_ERR_INPUT);
+  assert_string_equal(ss_error_message(&ctx), "expected an integer in [1, 10], got \"12345678901234567890123\"");
+  assert_int_equal(ss_parse_size(&ctx, "11", 1, 10, &v), SS_ERR_INPUT);
+  assert_int_equal(ss_parse_size(&ctx, "", 1, 10, &v), SS_ERR_INPUT);
+  assert_int_equal(ss_parse_size(&ctx, "3x", 1, 10, &v), SS_ERR_INPUT);
+  assert_int_equal(ss_parse_size(&ctx, "1e3", 1, 10000, &v), SS_ERR_INPUT);
+  assert_int_equal(v, 7);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(exit_codes),
       cmocka_unit_test(fail_replaces_problem_appends),
       cmocka_unit_test(message_truncates_safely),
       cmocka_unit_test(alloc_overflow_is_reported),
+      cmocka_unit_test(parse_size_checks_overflow_and_range),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -341,11 +341,16 @@ ss_status ss_compare_run(ss_ctx *ctx, const ss_spike_trains *gt, const ss_spike_
   memset(out, 0, sizeof(*out));
   if (!(gt->rate_hz > 0) || !(sorted->rate_hz > 0))
     return ss_fail(ctx, SS_ERR_INPUT, "%s: no sample rate known (give --rate HZ)", gt->rate_hz > 0 ? sorted->source : gt->source);
-  if (!(o->window_ms >= 0) || !isfinite(o->window_ms))
-    return ss_fail(ctx, SS_ERR_INPUT, "window_ms: expected a number >= 0, got %g", o->window_ms);
+  if (!(o->window_ms >= 0) || !(o->window_ms <= SS_COMPARE_MAX_WINDOW_MS))
+    return ss_fail(ctx, SS_ERR_INPUT, "window_ms: expected a number in [0, %g], got %g", SS_COMPARE_MAX_WINDOW_MS,
+                   o->window_ms);
+  double window = o->window_ms / 1000.0 * gt->rate_hz;
+  if (!(window <= SS_COMPARE_MAX_WINDOW_SAMPLES))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: sample rate %g Hz: a %g ms window is %g samples (at most %g)", gt->source,
+                   gt->rate_hz, o->window_ms, window, SS_COMPARE_MAX_WINDOW_SAMPLES);
   SS_TRY(alloc_comparison(ctx, out, gt->n_units, sorted->n_units));
   /* SpikeInterface: delta_frames = int(delta_time / 1000 * rate); the epsilon absorbs 0.4e-3 * 3e4 = 11.999... */
-  out->window_samples = (int64_t)floor(o->window_ms / 1000.0 * gt->rate_hz + 1e-9);
+  out->window_samples = (int64_t)floor(window + 1e-9);
   int64_t *stimes = NULL;
   ss_status st = rescaled_times(ctx, gt, sorted, &stimes);
   if (st == SS_OK) st = agreement_matrix(ctx, gt, sorted, stimes, out);

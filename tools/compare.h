@@ -37,8 +37,13 @@ typedef struct {
   char source[256];     /* what it was read from, for messages and the table header */
 } ss_spike_trains;
 
+/* The match window is at most this long (a window of seconds matches unrelated spikes), and at most
+ * SS_COMPARE_MAX_WINDOW_SAMPLES samples at the ground truth's rate (times stay far from overflow). */
+#define SS_COMPARE_MAX_WINDOW_MS 1000.0
+#define SS_COMPARE_MAX_WINDOW_SAMPLES 1e12
+
 typedef struct {
-  double window_ms;        /* 0.4 */
+  double window_ms;        /* 0.4, in [0, SS_COMPARE_MAX_WINDOW_MS] */
   double match_score;      /* 0.5: Hungarian pairs below are dropped */
   double chance_score;     /* 0.1: best matches below are none */
   double well_detected;    /* 0.8 */

@@ -219,7 +219,12 @@ ss_status ss_knn_cuda_time_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_op
 
 /* The CSV layout of the stand-alone tool: a first line "numels,newels,classes,dim" (four integers;
  * a line with those literal names before it is skipped), then numels + newels rows of dim
- * coordinates and a class in [0, classes), or −1 for a point to classify. */
+ * coordinates and a class in [0, classes), or −1 for a point to classify. The header's sizes are
+ * bounded (also for --generate): numels and newels at most SS_KNN_MAX_POINTS, classes at most
+ * SS_KNN_MAX_CLASSES (labels are int32), dim at most SS_KNN_MAX_DIM. */
+#define SS_KNN_MAX_POINTS 1000000000000LL
+#define SS_KNN_MAX_CLASSES 2147483647LL
+#define SS_KNN_MAX_DIM 65536LL
 typedef struct {
   int64_t n_points, dim, classes;
   int64_t n_labelled, n_new;

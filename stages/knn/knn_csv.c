@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/parse.h"
 #include "io/atomic_file.h"
 #include "io/matrix.h"
 #include "stages/knn/knn.h"
@@ -34,6 +35,34 @@ static void trim(char *s) {
   while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = '\0';
 }
 
+static const char *const header_names[KNN_CSV_FIELDS] = {"numels", "newels", "classes", "dim"};
+static const int64_t header_min[KNN_CSV_FIELDS] = {0, 0, 1, 1};
+static const int64_t header_max[KNN_CSV_FIELDS] = {SS_KNN_MAX_POINTS, SS_KNN_MAX_POINTS, SS_KNN_MAX_CLASSES,
+                                                   SS_KNN_MAX_DIM};
+
+/* The four comma-separated counts of a header line, each checked for overflow and range. */
+static ss_status parse_header_line(ss_ctx *ctx, char *p, const char *path, int64_t line, int64_t v[KNN_CSV_FIELDS]) {
+  char shown[KNN_CSV_SHOWN + 1];
+  snprintf(shown, sizeof(shown), "%s", p);
+  char *field[KNN_CSV_FIELDS + 1];
+  int n = 0;
+  for (char *q = p; q && n <= KNN_CSV_FIELDS; n++) {
+    field[n] = q;
+    q = strchr(q, ',');
+    if (q) *q++ = '\0';
+  }
+  if (n != KNN_CSV_FIELDS)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ": expected the header " KNN_CSV_HEADER_NAMES
+                   " (four integers), got \"%s\"", path, line, shown);
+  for (int i = 0; i < KNN_CSV_FIELDS; i++) {
+    if (ss_parse_size(ctx, field[i], header_min[i], header_max[i], &v[i]) != SS_OK) {
+      ss_ctx_prefix(ctx, "%s: line %" PRId64 ": header: %s", path, line, header_names[i]);
+      return SS_ERR_INPUT;
+    }
+  }
+  return SS_OK;
+}
+
 /* The first meaningful line: the four counts (after an optional line of their names). */
 static ss_status read_header(ss_ctx *ctx, FILE *f, const char *path, int64_t *lines, int64_t v[KNN_CSV_FIELDS]) {
   char *line = NULL;
@@ -44,19 +73,7 @@ static ss_status read_header(ss_ctx *ctx, FILE *f, const char *path, int64_t *li
     trim(line);
     char *p = line + strspn(line, " \t");
     if (*p == '\0' || *p == '#' || strcmp(p, KNN_CSV_HEADER_NAMES) == 0) continue;
-    int n = 0, used = 0;
-    long long a[KNN_CSV_FIELDS];
-    n = sscanf(p, " %lld , %lld , %lld , %lld %n", &a[0], &a[1], &a[2], &a[3], &used);
-    if (n != KNN_CSV_FIELDS || p[used] != '\0') {
-      st = ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ": expected the header " KNN_CSV_HEADER_NAMES
-                   " (four integers), got \"%.*s\"", path, *lines, KNN_CSV_SHOWN, p);
-      break;
-    }
-    for (int i = 0; i < KNN_CSV_FIELDS; i++) v[i] = a[i];
-    st = SS_OK;
-    if (v[0] < 0 || v[1] < 0 || v[2] < 1 || v[3] < 1)
-      st = ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ": header: expected numels >= 0, newels >= 0, classes >= 1, "
-                   "dim >= 1, got %lld,%lld,%lld,%lld", path, *lines, a[0], a[1], a[2], a[3]);
+    st = parse_header_line(ctx, p, path, *lines, v);
     break;
   }
   free(line);
@@ -136,9 +153,11 @@ ss_status ss_knn_csv_write(ss_ctx *ctx, const char *path, const ss_knn_table *t)
 ss_status ss_knn_generate(ss_ctx *ctx, int64_t n_train, int64_t n_new, int64_t classes, int64_t dim, uint64_t seed,
                           ss_knn_table *t) {
   memset(t, 0, sizeof(*t));
-  if (n_train < 1 || n_new < 0 || classes < 1 || dim < 1)
-    return ss_fail(ctx, SS_ERR_USAGE, "knn: --generate: expected N_TRAIN >= 1, N_NEW >= 0, CLASSES >= 1, DIM >= 1, "
-                   "got %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64, n_train, n_new, classes, dim);
+  if (n_train < 1 || n_new < 0 || classes < 1 || dim < 1 || n_train > SS_KNN_MAX_POINTS || n_new > SS_KNN_MAX_POINTS ||
+      classes > SS_KNN_MAX_CLASSES || dim > SS_KNN_MAX_DIM)
+    return ss_fail(ctx, SS_ERR_USAGE, "knn: --generate: expected N_TRAIN in [1, %lld], N_NEW in [0, %lld], CLASSES in "
+                   "[1, %lld], DIM in [1, %lld], got %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64, SS_KNN_MAX_POINTS,
+                   SS_KNN_MAX_POINTS, SS_KNN_MAX_CLASSES, SS_KNN_MAX_DIM, n_train, n_new, classes, dim);
   int64_t n = n_train + n_new;
   double *centre = NULL;
   ss_status st = SS_ALLOC(ctx, centre, (size_t)(classes * dim), "KNN generator centres");

@@ -1,0 +1,118 @@
+/* test_bad_input.c — the command line on malformed or hostile inputs: each case spawns the binary and
+ * checks the promised exit code (1 bad input, 2 usage) and the one line naming the file or option,
+ * the field and the offending value as written. Inputs are generated here, small. */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/nwb_write.h"
+#include "ss_test.h"
+
+#define NWB_C 4
+#define NWB_N 3000
+
+/* Run `args`; assert the exit code and that stderr holds `want` (a substring). */
+static void expect_cli(const char *args, int code, const char *want) {
+  char *out, *err;
+  int rc = ss_test_run_cli(args, &out, &err);
+  if (rc != code || !strstr(err, want))
+    fail_msg("spikestream %s: exit %d (expected %d), stderr:\n%s\nexpected to contain:\n%s", args, rc, code, err, want);
+  free(out), free(err);
+}
+
+static void knn_header_sizes(void **state) {
+  (void)state;
+  char args[1024], want[1024];
+  const char *big = ss_test_write_file("dim_max.csv", "2,0,2,9223372036854775807\n1,2,0\n3,4,1\n");
+  snprintf(args, sizeof(args), "knn '%s' -o -", big);
+  snprintf(want, sizeof(want), "spikestream knn: %s: line 1: header: dim: expected an integer in [1, 65536], got "
+           "\"9223372036854775807\"\n", big);
+  expect_cli(args, 1, want);
+  const char *digits = ss_test_write_file("digits.csv", "2,12345678901234567890123,2,2\n1,2,0\n3,4,1\n");
+  snprintf(args, sizeof(args), "knn '%s' -o -", digits);
+  snprintf(want, sizeof(want), "%s: line 1: header: newels: expected an integer in [0, 1000000000000], got "
+           "\"12345678901234567890123\"", digits);
+  expect_cli(args, 1, want);
+}
+
+static void knn_generate_sizes(void **state) {
+  (void)state;
+  expect_cli("knn --generate 1 0 1 9223372036854775807 -o -", 2,
+             "spikestream knn: --generate: DIM: expected an integer in [1, 65536], got \"9223372036854775807\"\n");
+  expect_cli("knn --generate 12345678901234567890123 0 1 2 -o -", 2,
+             "--generate: N_TRAIN: expected an integer in [1, 1000000000000], got \"12345678901234567890123\"");
+  expect_cli("knn --generate 4611686018427387904 4611686018427387904 1 2 -o -", 2, "--generate: N_TRAIN");
+}
+
+static void compare_window(void **state) {
+  (void)state;
+  const char *bad[] = {"1e300", "nan", "inf", "-0.5", "1000.5"};
+  for (int i = 0; i < 5; i++) {
+    char args[256], want[256];
+    snprintf(args, sizeof(args), "compare a.h5 b.h5 --window-ms %s", bad[i]);
+    snprintf(want, sizeof(want), "spikestream compare: --window-ms: expected a number in [0, 1000] (ms), got \"%s\"\n",
+             bad[i]);
+    expect_cli(args, 2, want);
+  }
+}
+
+/* A small valid NWB recording (4 channels with positions, 0.1 s at 30 kHz). */
+static void write_nwb(const char *path) {
+  static int16_t samples[NWB_N * NWB_C];
+  static const double x[NWB_C] = {0, 20, 0, 20}, y[NWB_C] = {0, 0, 20, 20};
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_nwb_meta m = {.rate_hz = 30000, .n_channels = NWB_C, .conversion = 1e-6, .channel_x = x, .channel_y = y};
+  ss_nwb_writer *w;
+  assert_int_equal(ss_nwb_writer_open(&ctx, path, &m, &w), SS_OK);
+  assert_int_equal(ss_nwb_writer_append(&ctx, w, samples, NWB_N), SS_OK);
+  assert_int_equal(ss_nwb_writer_close(&ctx, w), SS_OK);
+}
+
+static void nwb_rate_out_of_range(void **state) {
+  (void)state;
+  char path[512], args[2048], want[1024];
+  ss_test_path(path, sizeof(path), "rate.nwb");
+  write_nwb(path);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/acquisition/ElectricalSeries/starting_time", H5P_DEFAULT), a = H5Aopen(d, "rate", H5P_DEFAULT);
+  double rate = 1e300;
+  assert_true(H5Awrite(a, H5T_NATIVE_DOUBLE, &rate) >= 0);
+  H5Aclose(a), H5Dclose(d), H5Fclose(f);
+  char out[512];
+  ss_test_path(out, sizeof(out), "rate_out");
+  snprintf(args, sizeof(args), "sort -q '%s' -o '%s'", path, out);
+  snprintf(want, sizeof(want), "spikestream sort: %s: /acquisition/ElectricalSeries/starting_time: attribute rate: "
+           "expected a sampling rate in [1, 1e+06] Hz, got 1e+300\n", path);
+  expect_cli(args, 1, want);
+}
+
+static void nwb_electrodes_not_fitting(void **state) {
+  (void)state;
+  char path[512], args[2048], want[1024];
+  ss_test_path(path, sizeof(path), "electrodes.nwb");
+  write_nwb(path);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/acquisition/ElectricalSeries/electrodes", H5P_DEFAULT);
+  int64_t rows[NWB_C] = {0, 1, 2, 40};
+  assert_true(H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows) >= 0);
+  H5Dclose(d), H5Fclose(f);
+  char out[512];
+  ss_test_path(out, sizeof(out), "electrodes_out");
+  snprintf(args, sizeof(args), "sort -q '%s' -o '%s'", path, out);
+  snprintf(want, sizeof(want), "spikestream sort: %s: /acquisition/ElectricalSeries/electrodes: channel 3: row 40 is "
+           "outside the electrodes table (4 rows)\n", path);
+  expect_cli(args, 1, want);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(knn_header_sizes),
+      cmocka_unit_test(knn_generate_sizes),
+      cmocka_unit_test(compare_window),
+      cmocka_unit_test(nwb_rate_out_of_range),
+      cmocka_unit_test(nwb_electrodes_not_fitting),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
