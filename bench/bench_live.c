@@ -470,6 +470,7 @@ static void paced_opts(const ss_backend *be, const bench_args *a, const workload
   ss_live_run_opts_defaults(o);
   o->source = uri;
   o->connect_timeout_s = CONNECT_TIMEOUT_S;
+  o->raw = 1; /* the sender thread writes bare frames */
   o->read_max_rows = READ_BLOCKS * block_rows;
   o->model = &w->model;
   o->backend = be;

@@ -11,6 +11,7 @@
 #include "drivers/live_replicas.h"
 #include "drivers/live_run.h"
 #include "drivers/live_workers.h"
+#include "io/link.h"
 #include "stages/live/live.h"
 
 #define SS_LIVE_MAX_BLOCK_MS 60000.0
@@ -24,9 +25,12 @@ static const char usage[] =
     "                        [--output URI] [--format json|binary]\n"
     "                        [--assign centroid|knn] [--k K] [--distance D] [--block-ms B] [--reconnect]\n"
     "                        [--stats-every S] [--device cpu|cuda|auto] [--connect-timeout S]\n"
+    "                        [--idle-timeout S] [--raw] [--token-file PATH]\n"
     "                        [--realtime P] [--spin [--workers N | --replicas R]] [--pin CPU[,CPU...]]\n\n"
-    "Label spikes as they arrive on a stream of raw little-endian int16 frames (channel-interleaved,\n"
-    "any number of samples per read), with the causal twin of a model that `spikestream sort` wrote.\n"
+    "Label spikes as they arrive on a stream of little-endian int16 frames (channel-interleaved, any\n"
+    "number of samples per read) after a 32-byte header that `spikestream replay` writes (channels,\n"
+    "rate, dtype: checked against the model), with the causal twin of a model that `spikestream sort`\n"
+    "wrote.\n"
     "Each spike is written as soon as no later sample can change it (docs/live.md):\n"
     "  json:   {\"t\": sample, \"unit\": id, \"amp\": uV, \"channel\": c, \"latency_us\": L} one per line\n"
     "  binary: 24 bytes little-endian {int64 t; int32 unit; int32 channel; float amp; float latency_us}\n"
@@ -61,6 +65,13 @@ static const char usage[] =
     "  --stats-every S      seconds between counter lines on stderr (default 10; 0: only at the end)\n"
     "  --device D           cpu (default), cuda or auto\n"
     "  --connect-timeout S  how long to wait for the source (default 10; 0 = no limit)\n"
+    "  --idle-timeout S     a source that sends nothing for S seconds (also right after it connects)\n"
+    "                       ends the run with exit 1 (default 10; 0 = wait forever)\n"
+    "  --raw                the source has no header: frames from the first byte (channels and rate\n"
+    "                       are taken on trust from the model or --channels/--rate)\n"
+    "  --token-file PATH    shared token (16..1024 bytes, white space trimmed; the file must not be\n"
+    "                       accessible to others): sent after connecting, required from every client\n"
+    "                       of a listener; needed to listen on a non-loopback address\n"
     "  --realtime P         run the engine thread SCHED_FIFO at priority P (0 = the lowest) so that\n"
     "                       ordinary threads cannot preempt a block; when not permitted, a warning and\n"
     "                       normal scheduling (docs/live.md)\n"
@@ -81,7 +92,8 @@ static const char usage[] =
 enum {
   OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
   OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE, OPT_CHANNELS, OPT_RATE, OPT_UV_PER_STEP,
-  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN, OPT_WORKERS, OPT_REPLICAS
+  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN, OPT_WORKERS, OPT_REPLICAS,
+  OPT_IDLE_TIMEOUT, OPT_RAW, OPT_TOKEN_FILE
 };
 
 typedef struct {
@@ -94,6 +106,8 @@ typedef struct {
   int64_t channels;      /* --channels */
   int pins[SS_LIVE_MAX_WORKERS]; /* --pin: the CPU of worker i (the engine thread: pins[0]); -1 none */
   int n_pins;
+  const char *token_file;
+  char token[SS_LINK_TOKEN_MAX];
   ss_ctx *ctx;
 } live_args;
 
@@ -160,6 +174,9 @@ static int on_option(int opt, const char *arg, void *user) {
       break;
     case OPT_STATS_EVERY: code = ss_cli_number("live", "stats-every", arg, 0, &a->run.stats_every_s); break;
     case OPT_CONNECT_TIMEOUT: code = ss_cli_number("live", "connect-timeout", arg, 0, &a->run.connect_timeout_s); break;
+    case OPT_IDLE_TIMEOUT: code = ss_cli_number("live", "idle-timeout", arg, 0, &a->run.idle_timeout_s); break;
+    case OPT_RAW: a->run.raw = 1; break;
+    case OPT_TOKEN_FILE: a->token_file = arg; break;
     case OPT_DEVICE:
       if (ss_device_kind_parse(a->ctx, arg, &a->run.device) != SS_OK)
         return ss_cli_usage_error("live", "--device: %s", ss_error_message(a->ctx));
@@ -202,6 +219,9 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
                                        {"pin", required_argument, NULL, OPT_PIN},
                                        {"workers", required_argument, NULL, OPT_WORKERS},
                                        {"replicas", required_argument, NULL, OPT_REPLICAS},
+                                       {"idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT},
+                                       {"raw", no_argument, NULL, OPT_RAW},
+                                       {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
                                        {0, 0, 0, 0}};
   live_args a;
   memset(&a, 0, sizeof(a));
@@ -215,7 +235,7 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
   if (!a.run.model_path && !a.train) return ss_cli_usage_error("live", "--model M (or --train-seconds S) is required");
   if (a.run.model_path && a.train) return ss_cli_usage_error("live", "--model and --train-seconds exclude each other");
   if (a.train && (a.channels <= 0 || !(a.run.train.rate_hz > 0)))
-    return ss_cli_usage_error("live", "--train-seconds needs --channels N and --rate HZ (the stream has no header)");
+    return ss_cli_usage_error("live", "--train-seconds needs --channels N and --rate HZ (the stream header is checked against them)");
   if (a.workers && !a.run.spin) return ss_cli_usage_error("live", "--workers goes with --spin (the polling threads)");
   if (a.replicas && (!a.run.spin || a.workers || a.train))
     return ss_cli_usage_error("live", "--replicas goes with --spin, without --workers and --train-seconds");
@@ -224,6 +244,11 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
   if (!a.train && a.train_only_option)
     return ss_cli_usage_error("live", "--channels, --rate, --uv-per-step, --probe, --params and --train-dir go with "
                               "--train-seconds (a model gives them)");
+  if (a.token_file) {
+    ss_status st = ss_link_token_load(ctx, a.token_file, a.token, sizeof(a.token), &a.run.token_len);
+    if (st != SS_OK) return ss_cli_finish("live", ctx, st);
+    a.run.token = a.token;
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;

@@ -23,8 +23,10 @@
 
 static const char usage[] =
     "usage: spikestream replay FILE --to URI [--speed X] [--block-ms B] [--start S] [--duration S]\n"
-    "                          [--send-log FILE] [--connect-timeout S] [source options]\n\n"
-    "Stream a recording's raw int16 samples, channel-interleaved little-endian rows, to a link in\n"
+    "                          [--send-log FILE] [--connect-timeout S] [--raw] [--token-file PATH]\n"
+    "                          [source options]\n\n"
+    "Stream a recording's int16 samples, channel-interleaved little-endian rows after a 32-byte header\n"
+    "(channels, rate, dtype; docs/live.md), to a link in\n"
     "blocks of round(B·rate/1000) rows, paced against an absolute schedule (no drift): the block that\n"
     "starts k samples into the replay is sent at t0 + k/(rate·X). Prints one summary line (blocks, rows,\n"
     "seconds, achieved speed, worst lateness of a send vs its schedule). docs/live.md has the details.\n\n"
@@ -36,15 +38,26 @@ static const char usage[] =
     "  --duration S         seconds to send (default: to the end)\n"
     "  --send-log FILE      binary send log: per block {int64 first_sample, int64 n_rows, double t_send}\n"
     "  --connect-timeout S  how long to wait for the receiver (default 10; 0 = no limit)\n"
+    "  --raw                no header: the samples from the first byte\n"
+    "  --token-file PATH    shared token (16..1024 bytes, white space trimmed; the file must not be\n"
+    "                       accessible to others): sent after connecting, required from the client\n"
+    "                       of a listener; needed to listen on a non-loopback address\n"
     SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP
     "\nexit codes: 0 sent, 1 bad input, 2 usage, 3 the receiver disconnected before the end\n";
 
-enum { OPT_TO = 0x3001, OPT_SPEED, OPT_BLOCK_MS, OPT_START, OPT_DURATION, OPT_SEND_LOG, OPT_CONNECT_TIMEOUT };
+enum {
+  OPT_TO = 0x3001, OPT_SPEED, OPT_BLOCK_MS, OPT_START, OPT_DURATION, OPT_SEND_LOG, OPT_CONNECT_TIMEOUT, OPT_RAW,
+  OPT_TOKEN_FILE
+};
 
 typedef struct {
   ss_source_spec spec;
   const char *to, *send_log;
   double speed, block_ms, start_s, duration_s, connect_timeout_s;
+  int raw;
+  const char *token_file;
+  char token[SS_LINK_TOKEN_MAX];
+  size_t token_len;
   ss_ctx *ctx;
 } replay_args;
 
@@ -90,6 +103,8 @@ static int on_option(int opt, const char *arg, void *user) {
   switch (opt) {
     case OPT_TO: a->to = arg; break;
     case OPT_SEND_LOG: a->send_log = arg; break;
+    case OPT_RAW: a->raw = 1; break;
+    case OPT_TOKEN_FILE: a->token_file = arg; break;
     case OPT_SPEED: code = finite_number("speed", arg, 0, &a->speed); break;
     case OPT_BLOCK_MS: code = positive_number("block-ms", arg, REPLAY_MAX_BLOCK_MS, &a->block_ms); break;
     case OPT_START: code = finite_number("start", arg, 0, &a->start_s); break;
@@ -237,7 +252,12 @@ static ss_status stream(ss_ctx *ctx, const replay_args *a, const replay_plan *p,
   SS_TRY(SS_ALLOC(ctx, buf, (size_t)(p->block_rows * p->n_channels), "replay block"));
   ss_status st = SS_CALLOC(ctx, log, (size_t)p->n_blocks, "send log");
   ss_link *link = NULL;
-  if (st == SS_OK) st = ss_link_open(ctx, a->to, SS_LINK_WRITE, a->connect_timeout_s, &link);
+  ss_link_opts lo = {.timeout_s = a->connect_timeout_s, .token = a->token_file ? a->token : NULL,
+                     .token_len = a->token_len};
+  if (st == SS_OK) st = ss_link_open_with(ctx, a->to, SS_LINK_WRITE, &lo, &link);
+  ss_stream_header header = {p->n_channels, p->rate_hz};
+  if (st == SS_OK && !a->raw && (st = ss_stream_header_write(ctx, link, &header)) != SS_OK) s->disconnected = 1;
+  if (st != SS_OK) ss_link_close(link);
   if (st == SS_OK) {
     ss_log_info(ctx, "replay: %s -> %s: %lld rows of %d channels at %g Hz, %lld blocks of %lld rows, speed %g",
                 a->spec.path, a->to, (long long)(p->end - p->start), p->n_channels, p->rate_hz,
@@ -257,8 +277,13 @@ static ss_status stream(ss_ctx *ctx, const replay_args *a, const replay_plan *p,
 }
 
 static int run(ss_ctx *ctx, replay_args *a) {
+  ss_status st = SS_OK;
+  if (a->token_file) st = ss_link_token_load(ctx, a->token_file, a->token, sizeof(a->token), &a->token_len);
+  /* a listener reachable from other machines without a token is refused before anything is read */
+  if (st == SS_OK) st = ss_link_check(ctx, a->to, SS_LINK_WRITE, a->token_file != NULL);
+  if (st != SS_OK) return ss_cli_finish("replay", ctx, st);
   ss_source *src = NULL;
-  ss_status st = ss_source_open(ctx, &a->spec, &src);
+  st = ss_source_open(ctx, &a->spec, &src);
   if (st != SS_OK) return ss_cli_finish("replay", ctx, st);
   replay_plan plan;
   replay_stats stats = {0};
@@ -278,6 +303,8 @@ int ss_cmd_replay(int argc, char **argv, ss_ctx *ctx) {
                                        {"duration", required_argument, NULL, OPT_DURATION},
                                        {"send-log", required_argument, NULL, OPT_SEND_LOG},
                                        {"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},
+                                       {"raw", no_argument, NULL, OPT_RAW},
+                                       {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
                                        SS_CLI_SOURCE_LONGOPTS,
                                        {0, 0, 0, 0}};
   replay_args a;

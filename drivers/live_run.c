@@ -21,15 +21,84 @@
 #define CONNECT_TIMEOUT_S 10.0 /* default wait for the source and the output */
 #define STATS_EVERY_S 10.0     /* default seconds between counter lines */
 #define IDLE_WAIT_S 0.1        /* how often the engine loop looks at the clock while idle */
+#define IDLE_TIMEOUT_S 10.0    /* default: a source silent this long is a failed input */
 
 static const volatile sig_atomic_t never_stop = 0;
 
 void ss_live_run_opts_defaults(ss_live_run_opts *o) {
   memset(o, 0, sizeof(*o));
   o->connect_timeout_s = CONNECT_TIMEOUT_S;
+  o->idle_timeout_s = IDLE_TIMEOUT_S;
   ss_live_opts_defaults(&o->engine);
   o->device = SS_DEVICE_CPU;
   o->stats_every_s = STATS_EVERY_S;
+}
+
+/* --- the source: link options and the frame reader's header check ----------------------------- */
+
+/* What opening the source needs; the reader thread keeps its own copy. */
+typedef struct {
+  char *uri;
+  ss_link_opts link;
+  char *token; /* link.token points here */
+  ss_frame_reader_opts frames;
+  int n_channels;
+  int64_t read_max_rows;
+} source_spec;
+
+static ss_status source_spec_make(ss_ctx *ctx, const ss_live_run_opts *o, int trains, int n_channels, double rate_hz,
+                                  int64_t read_max_rows, source_spec *s) {
+  memset(s, 0, sizeof(*s));
+  s->uri = strdup(o->source);
+  s->token = o->token ? malloc(o->token_len ? o->token_len : 1) : NULL;
+  if (!s->uri || (o->token && !s->token)) {
+    free(s->uri);
+    free(s->token);
+    return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: live source");
+  }
+  if (s->token) memcpy(s->token, o->token, o->token_len);
+  s->link = (ss_link_opts){.timeout_s = o->connect_timeout_s, .token = s->token, .token_len = o->token_len,
+                           .idle_timeout_s = o->idle_timeout_s};
+  s->frames = (ss_frame_reader_opts){.raw = o->raw, .rate_hz = rate_hz,
+                                     .expected_by = trains ? "--channels, --rate" : "the model"};
+  s->n_channels = n_channels;
+  s->read_max_rows = read_max_rows;
+  return SS_OK;
+}
+
+/* A deep copy (for the reader thread, which may outlive the run). */
+static ss_status source_spec_copy(ss_ctx *ctx, const source_spec *from, source_spec *to) {
+  *to = *from;
+  to->uri = strdup(from->uri);
+  to->token = from->token ? malloc(from->link.token_len ? from->link.token_len : 1) : NULL;
+  if (!to->uri || (from->token && !to->token)) {
+    free(to->uri);
+    free(to->token);
+    return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: live source");
+  }
+  if (to->token) memcpy(to->token, from->token, from->link.token_len);
+  to->link.token = to->token;
+  return SS_OK;
+}
+
+static void source_spec_free(source_spec *s) {
+  free(s->uri);
+  free(s->token);
+}
+
+/* Open the source (cancellable by `cancel`) and its frame reader. */
+static ss_status source_open(ss_ctx *ctx, const source_spec *s, const volatile sig_atomic_t *cancel, ss_link **l,
+                             ss_frame_reader **r) {
+  ss_link_opts lo = s->link;
+  lo.cancel = cancel;
+  *r = NULL;
+  SS_TRY(ss_link_open_with(ctx, s->uri, SS_LINK_READ, &lo, l));
+  ss_status st = ss_frame_reader_open_opts(ctx, *l, s->n_channels, s->read_max_rows, &s->frames, r);
+  if (st != SS_OK) {
+    ss_link_close(*l);
+    *l = NULL;
+  }
+  return st;
 }
 
 /* --- the queue between the reader thread and the engine ----------------------------------------- */
@@ -55,10 +124,9 @@ typedef struct {
   int abandoned;   /* the runner returned without the reader's end: what the reader reads is dropped */
   int reader_done; /* the engine loop took the reader's last item */
   /* the reader's side: copies, so that a reader left behind needs nothing of the caller's */
-  char *source;
-  double connect_timeout_s;
+  source_spec src;
+  ss_ctx log;      /* the caller's logging settings (refused connections are logged) */
   int spin, reconnect, n_channels;
-  int64_t read_max_rows;
   const volatile sig_atomic_t *stop;
   ss_live_run_hooks hooks;
 } queue;
@@ -78,7 +146,7 @@ static void queue_release(queue *q) {
   pthread_mutex_unlock(&q->mu);
   if (!last) return;
   free_items(q->head);
-  free(q->source);
+  source_spec_free(&q->src);
   pthread_cond_destroy(&q->cv);
   pthread_mutex_destroy(&q->mu);
   free(q);
@@ -137,19 +205,21 @@ static int put_status(queue *q, item_kind kind, ss_status st, const char *msg) {
   return queue_put(q, it, 0);
 }
 
-/* spin: poll the source without sleeping until a read will not block (or a stop is requested). */
+/* spin: poll the source without sleeping until a read will not block, a stop is requested, or the source
+ * has been silent for its idle timeout (the read then reports it). */
 static void spin_until_readable(const queue *q, const ss_link *l, const ss_frame_reader *r) {
   struct pollfd pfd = {.fd = ss_link_fd(l), .events = POLLIN};
-  while (!ss_frame_reader_buffered(r) && !*q->stop && poll(&pfd, 1, 0) == 0) {
+  const double idle_due = ss_link_idle_deadline(l);
+  while (!ss_frame_reader_buffered(r) && !*q->stop && poll(&pfd, 1, 0) == 0 && ss_now() < idle_due) {
   }
 }
 
 /* Read one connection to its end: rows are queued as they come. */
 static ss_status read_stream(ss_ctx *ctx, queue *q) {
   ss_link *l = NULL;
-  SS_TRY(ss_link_open(ctx, q->source, SS_LINK_READ, q->connect_timeout_s, &l));
   ss_frame_reader *r = NULL;
-  ss_status st = ss_frame_reader_open(ctx, l, q->n_channels, q->read_max_rows, &r);
+  SS_TRY(source_open(ctx, &q->src, NULL, &l, &r));
+  ss_status st = SS_OK;
   int64_t first = 0;
   for (;;) {
     const int16_t *rows;
@@ -177,7 +247,7 @@ static ss_status read_stream(ss_ctx *ctx, queue *q) {
 static void *reader_main(void *arg) {
   queue *q = arg;
   ss_ctx ctx;
-  ss_ctx_init(&ctx);
+  ss_ctx_init_child(&ctx, &q->log);
   for (;;) {
     ss_status st = read_stream(&ctx, q);
     if (st != SS_OK) {
@@ -191,23 +261,20 @@ static void *reader_main(void *arg) {
 }
 
 static ss_status reader_start(ss_ctx *ctx, const ss_live_run_opts *o, const volatile sig_atomic_t *stop,
-                              int n_channels, int64_t read_max_rows, queue **out, pthread_t *th, int *started) {
+                              const source_spec *src, queue **out, pthread_t *th, int *started) {
   queue *q = calloc(1, sizeof(*q));
-  char *source = strdup(o->source);
-  if (!q || !source) {
+  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: live queue");
+  if (source_spec_copy(ctx, src, &q->src) != SS_OK) {
     free(q);
-    free(source);
-    return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: live queue");
+    return ctx->status;
   }
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   q->refs = 2;
-  q->source = source;
-  q->connect_timeout_s = o->connect_timeout_s;
+  ss_ctx_init_child(&q->log, ctx);
   q->spin = o->spin;
   q->reconnect = o->reconnect;
-  q->n_channels = n_channels;
-  q->read_max_rows = read_max_rows;
+  q->n_channels = src->n_channels;
   q->stop = stop;
   q->hooks = o->hooks;
   *out = q;
@@ -275,6 +342,7 @@ typedef struct {
   int n_channels;
   double rate_hz;
   int64_t read_max_rows;
+  source_spec src;
   ss_live_engine *e;
   sink k;
 } runner;
@@ -372,6 +440,7 @@ typedef struct {
   int64_t rows;           /* rows of the current connection read so far */
   atomic_int fd;          /* the source's descriptor for the idle polls; -1 while none is open */
   atomic_llong stats_due; /* next_stats in ns, for the idle polls (a silent source still gets its lines) */
+  atomic_llong idle_due;  /* when the open source will have been silent for its idle timeout, in ns */
 } spin_loop;
 
 static long long due_ns(double t) { return isfinite(t) ? (long long)(t * 1e9) : LLONG_MAX; }
@@ -386,12 +455,14 @@ static int readable(int fd) {
 static int spin_ready(void *user) {
   spin_loop *p = user;
   int fd = atomic_load(&p->fd);
-  return p->run->o->inline_read || fd < 0 || *p->run->stop || readable(fd) ||
-         (long long)(ss_now() * 1e9) >= atomic_load(&p->stats_due);
+  long long now = (long long)(ss_now() * 1e9);
+  return p->run->o->inline_read || fd < 0 || *p->run->stop || readable(fd) || now >= atomic_load(&p->stats_due) ||
+         now >= atomic_load(&p->idle_due);
 }
 
 static void spin_close(spin_loop *p) {
   atomic_store(&p->fd, -1);
+  atomic_store(&p->idle_due, LLONG_MAX);
   ss_frame_reader_close(p->rd);
   ss_link_close(p->l);
   p->rd = NULL;
@@ -402,17 +473,23 @@ static void spin_close(spin_loop *p) {
  * failure: the source stays closed and the caller's next turn sees the request. */
 static ss_status spin_open(ss_ctx *ctx, spin_loop *p) {
   const runner *run = p->run;
-  ss_status st = ss_link_open_cancellable(ctx, run->o->source, SS_LINK_READ, run->o->connect_timeout_s, run->stop, &p->l);
+  ss_status st = source_open(ctx, &run->src, run->stop, &p->l, &p->rd);
   if (st != SS_OK && !*run->stop) return st;
   if (st != SS_OK) {
     ss_ctx_clear(ctx);
     return SS_OK;
   }
-  st = ss_frame_reader_open(ctx, p->l, run->n_channels, run->read_max_rows, &p->rd);
   p->rows = 0;
-  if (st != SS_OK) spin_close(p);
-  else atomic_store(&p->fd, ss_link_fd(p->l));
-  return st;
+  atomic_store(&p->idle_due, due_ns(ss_link_idle_deadline(p->l)));
+  atomic_store(&p->fd, ss_link_fd(p->l));
+  return SS_OK;
+}
+
+/* Nothing to read: a failure once the source has been silent for its idle timeout. */
+static ss_status spin_idle(ss_ctx *ctx, spin_loop *p) {
+  if (ss_link_idle_check(ctx, p->l) == SS_OK) return SS_OK;
+  spin_close(p);
+  return ctx->status;
 }
 
 /* With the turn: open the source, or push what it holds (nothing when another worker took it). */
@@ -443,6 +520,14 @@ static ss_status spin_work(ss_ctx *ctx, void *user, int *done) {
       SS_TRY(push_rows(ctx, run, rows, n, p->rows, t, arrival_of(run, p->rows, t)));
       p->rows += n;
     } while (ss_frame_reader_buffered(p->rd));
+    atomic_store(&p->idle_due, due_ns(ss_link_idle_deadline(p->l)));
+  } else {
+    ss_status st = spin_idle(ctx, p);
+    if (st != SS_OK) {
+      char msg[SS_CTX_MSG_MAX];
+      snprintf(msg, sizeof(msg), "%s", ss_error_message(ctx));
+      return stream_failed(ctx, run, st, msg);
+    }
   }
   stats_tick(run, &p->next_stats);
   atomic_store(&p->stats_due, due_ns(p->next_stats));
@@ -454,6 +539,7 @@ static ss_status spin_run(ss_ctx *ctx, runner *run, const ss_backend *be, ss_liv
   spin_loop p = {.run = run, .next_stats = first_stats(run)};
   atomic_init(&p.fd, -1);
   atomic_init(&p.stats_due, due_ns(p.next_stats));
+  atomic_init(&p.idle_due, LLONG_MAX);
   ss_live_task task = {spin_ready, spin_work, &p};
   int n = o->inline_read ? 1 : o->workers > 0 ? o->workers : SS_LIVE_RUN_SPIN_WORKERS;
   ss_live_workers_opts wo = {n, o->n_pins ? o->pins : NULL, o->engine.block_s > 0 ? o->engine.block_s : INFINITY};
@@ -474,12 +560,13 @@ static ss_status replica_read(ss_ctx *ctx, void *user, const int16_t **rows, int
     return SS_OK;
   }
   if (!p->l) return spin_open(ctx, p);
-  if (!ss_frame_reader_buffered(p->rd) && !readable(atomic_load(&p->fd))) return SS_OK;
+  if (!ss_frame_reader_buffered(p->rd) && !readable(atomic_load(&p->fd))) return spin_idle(ctx, p);
   double t_read;
   ss_status st = ss_frame_reader_next(ctx, p->rd, rows, n, &t_read);
   if (st == SS_OK && *n > 0) {
     *t = arrival_of(run, p->rows, t_read);
     p->rows += *n;
+    atomic_store(&p->idle_due, due_ns(ss_link_idle_deadline(p->l)));
     return SS_OK;
   }
   spin_close(p); /* the end of the stream, or its failure (the whole rows before were delivered) */
@@ -502,6 +589,7 @@ static ss_status replicas_run(ss_ctx *ctx, runner *run, const ss_backend *be0, c
   spin_loop p = {.run = run, .next_stats = INFINITY};
   atomic_init(&p.fd, -1);
   atomic_init(&p.stats_due, LLONG_MAX);
+  atomic_init(&p.idle_due, LLONG_MAX);
   ss_live_replica_io io = {spin_ready, replica_read, replica_emit, &p};
   ss_live_replicas_opts ro = {set.n, set.es, set.bp, o->n_pins ? o->pins : NULL, m->n_channels, m->rate_hz,
                               o->engine.block_s, 0};
@@ -644,6 +732,9 @@ static ss_status check_opts(ss_ctx *ctx, const ss_live_run_opts *o) {
     return ss_fail(ctx, SS_ERR_USAGE, "live: replicas go with spin, without training and inline reads");
   if (o->inline_read && (o->spin || trains))
     return ss_fail(ctx, SS_ERR_USAGE, "live: inline reads go without spin and training");
+  /* a listener reachable from other machines without a token is refused before anything listens */
+  SS_TRY(ss_link_check(ctx, o->source, SS_LINK_READ, o->token != NULL));
+  if (!o->hooks.emit && o->output) SS_TRY(ss_link_check(ctx, o->output, SS_LINK_WRITE, o->token != NULL));
   return SS_OK;
 }
 
@@ -694,18 +785,26 @@ ss_status ss_live_run(ss_ctx *ctx, const ss_live_run_opts *o, ss_live_run_stats 
   run.n_channels = trains ? o->train.n_channels : m->n_channels;
   run.rate_hz = trains ? o->train.rate_hz : m->rate_hz;
   run.read_max_rows = o->read_max_rows > 0 ? o->read_max_rows : (int64_t)(run.rate_hz * SS_LIVE_RUN_READ_MAX_S) + 1;
+  st = source_spec_make(ctx, o, trains, run.n_channels, run.rate_hz, run.read_max_rows, &run.src);
+  if (st != SS_OK) {
+    if (!o->backend) ss_backend_close(&own_be);
+    ss_live_model_free(&own_m);
+    return st;
+  }
   run.k.emit = o->hooks.emit;
   run.k.user = o->hooks.user;
   run.k.binary = o->binary;
   if (!trains) st = ss_live_engine_open(ctx, be, m, &o->engine, &run.e);
-  if (st == SS_OK && !o->hooks.emit)
-    st = ss_link_open(ctx, o->output ? o->output : "stdout", SS_LINK_WRITE, o->connect_timeout_s, &run.k.out);
+  if (st == SS_OK && !o->hooks.emit) {
+    ss_link_opts lo = {.timeout_s = o->connect_timeout_s, .token = o->token, .token_len = o->token_len};
+    st = ss_link_open_with(ctx, o->output ? o->output : "stdout", SS_LINK_WRITE, &lo, &run.k.out);
+  }
   const int workers = (o->spin && !trains) || o->inline_read; /* the workers read the source themselves */
   queue *q = NULL;
   pthread_t reader;
   int started = 0;
   if (st == SS_OK && !workers)
-    st = reader_start(ctx, o, run.stop, run.n_channels, run.read_max_rows, &q, &reader, &started);
+    st = reader_start(ctx, o, run.stop, &run.src, &q, &reader, &started);
   ss_live_trainer *tr = NULL;
   train_state ts = {0, 0};
   if (st == SS_OK && trains) {
@@ -729,5 +828,6 @@ ss_status ss_live_run(ss_ctx *ctx, const ss_live_run_opts *o, ss_live_run_stats 
   ss_live_train_close(tr);
   if (!o->backend) ss_backend_close(&own_be);
   ss_live_model_free(&own_m);
+  source_spec_free(&run.src);
   return st;
 }

@@ -60,7 +60,7 @@ typedef struct {
 /* Fitting the model on the stream's first seconds (drivers/live_train.h). */
 typedef struct {
   double seconds;          /* > 0: train; the rows that arrive while the model is fitted are counted, not labelled */
-  int n_channels;          /* channels per frame (the stream has no header) */
+  int n_channels;          /* channels per frame (the stream header must agree, unless raw) */
   double rate_hz;
   double uv_per_step;      /* µV per int16 step */
   const char *probe_path;  /* NULL: `sort`'s default */
@@ -71,6 +71,10 @@ typedef struct {
 typedef struct {
   const char *source;       /* URI (io/link.h) */
   double connect_timeout_s; /* the wait for the source and the output (<= 0: no limit) */
+  double idle_timeout_s;    /* a source silent this long (from its open, or its last byte) fails (<= 0: no limit) */
+  int raw;                  /* the source has no stream header (io/link.h): channels and rate are trusted */
+  const char *token;        /* shared token of the source and output links (NULL: none; io/link.h) */
+  size_t token_len;
   int reconnect;            /* after a disconnect wait for the next connection (the engine restarts, the
                                counters go on) until *stop */
   int64_t read_max_rows;    /* rows per read at most (0: SS_LIVE_RUN_READ_MAX_S of signal) */
@@ -98,7 +102,7 @@ typedef struct {
   ss_live_run_hooks hooks;
 } ss_live_run_opts;
 
-/* Defaults: stdout, JSON, no reconnect, a 10-s connect timeout, the engine's defaults, the CPU, the
+/* Defaults: stdout, JSON, no reconnect, a 10-s connect timeout, a 10-s idle timeout, a stream header, the engine's defaults, the CPU, the
  * queue, counters every 10 s (when stats_out is set). */
 void ss_live_run_opts_defaults(ss_live_run_opts *o);
 

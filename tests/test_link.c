@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -407,6 +408,237 @@ static void receiver_gone(void **state) {
   ss_link_close(l);
 }
 
+/* ---- protocol v1: loopback by default, tokens, the header, the idle timeout ---------------------- */
+
+/* Is there a listening TCP socket on `port` bound to `hex_addr` (/proc/net/tcp's notation)? -1: no /proc. */
+static int proc_listening(int port, const char *hex_addr) {
+  FILE *f = fopen("/proc/net/tcp", "r");
+  if (!f) return -1;
+  char line[512], want[64];
+  snprintf(want, sizeof(want), "%s:%04X 00000000:0000 0A", hex_addr, port);
+  int found = 0;
+  while (fgets(line, sizeof(line), f)) found |= strstr(line, want) != NULL;
+  fclose(f);
+  return found;
+}
+
+typedef struct {
+  char uri[128];
+  ss_link_opts o;
+  ss_status st;
+  char msg[1024];
+  size_t got;
+  FILE *log; /* NULL: the test context's stream */
+} listen_job;
+
+static void *listen_main(void *arg) {
+  listen_job *j = arg;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  if (j->log) ctx.log_stream = j->log;
+  ss_link *l = NULL;
+  j->st = ss_link_open_with(&ctx, j->uri, SS_LINK_READ, &j->o, &l);
+  unsigned char buf[256];
+  size_t n = 1;
+  while (j->st == SS_OK && n > 0) {
+    j->st = ss_link_read(&ctx, l, buf, sizeof(buf), &n);
+    j->got += n;
+  }
+  snprintf(j->msg, sizeof(j->msg), "%s", ss_error_message(&ctx));
+  ss_link_close(l);
+  return NULL;
+}
+
+/* tcp-listen://:PORT binds loopback (127.0.0.1, and ::1 where there is IPv6), never the wildcard; a
+ * non-loopback address needs a token and is refused before anything listens. */
+static void listen_loopback_by_default(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  char uri[128], text[512];
+  snprintf(uri, sizeof(uri), "tcp-listen://:%d", tcp_port);
+  assert_int_equal(ss_link_listen_addresses(&ctx, uri, text, sizeof(text)), SS_OK);
+  printf("%s binds: %s\n", uri, text);
+  for (char *a = strtok(text, " "); a; a = strtok(NULL, " "))
+    assert_true(strncmp(a, "127.", 4) == 0 || strncmp(a, "[::1]:", 6) == 0);
+  assert_int_equal(ss_link_check(&ctx, uri, SS_LINK_READ, 0), SS_OK);
+  /* while it waits, the kernel shows a listener on 127.0.0.1 and none on 0.0.0.0 */
+  listen_job j = {.o = {.timeout_s = TIMEOUT_S}};
+  snprintf(j.uri, sizeof(j.uri), "%s", uri);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, listen_main, &j), 0);
+  int seen = 0;
+  for (int i = 0; i < 250 && seen == 0; i++) {
+    sleep_s(0.01);
+    seen = proc_listening(tcp_port, "0100007F");
+  }
+  if (seen >= 0) {
+    assert_int_equal(seen, 1);
+    assert_int_equal(proc_listening(tcp_port, "00000000"), 0);
+  }
+  char cu[128];
+  snprintf(cu, sizeof(cu), "tcp://127.0.0.1:%d", tcp_port);
+  ss_link *l = NULL;
+  assert_int_equal(ss_link_open(&ctx, cu, SS_LINK_WRITE, TIMEOUT_S, &l), SS_OK);
+  ss_link_close(l);
+  pthread_join(t, NULL);
+  assert_int_equal(j.st, SS_OK);
+  /* every interface: refused without a token (usage), at once */
+  char wide[128], want[512];
+  snprintf(wide, sizeof(wide), "tcp-listen://0.0.0.0:%d", tcp_port);
+  snprintf(want, sizeof(want), "%s: listening on a non-loopback address needs a shared token (--token-file); "
+           "tcp-listen://:PORT listens on loopback only", wide);
+  assert_int_equal(ss_link_check(&ctx, wide, SS_LINK_READ, 0), SS_ERR_USAGE);
+  assert_string_equal(ss_error_message(&ctx), want);
+  assert_int_equal(ss_link_check(&ctx, wide, SS_LINK_READ, 1), SS_OK);
+  double t0 = ss_now();
+  expect_open_error(wide, SS_LINK_READ, SS_ERR_USAGE, want);
+  assert_true(ss_now() - t0 < SHORT_TIMEOUT_S);
+}
+
+/* A listener with a token: a wrong token is refused (both sides say so, the listener logs the peer),
+ * the right one is let through. */
+static void token_exchange(void **state) {
+  (void)state;
+  static const char good[] = "0123456789abcdef-good", bad[] = "0123456789abcdef-bad!";
+  char log_path[512];
+  ss_test_path(log_path, sizeof(log_path), "token.log");
+  listen_job j = {.o = {.timeout_s = TIMEOUT_S, .token = good, .token_len = strlen(good)}};
+  snprintf(j.uri, sizeof(j.uri), "tcp-listen://127.0.0.1:%d", tcp_port);
+  j.log = fopen(log_path, "w");
+  assert_non_null(j.log);
+  pthread_t t;
+  assert_int_equal(pthread_create(&t, NULL, listen_main, &j), 0);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  char cu[128], want[512];
+  snprintf(cu, sizeof(cu), "tcp://127.0.0.1:%d", tcp_port);
+  ss_link_opts o = {.timeout_s = TIMEOUT_S, .token = bad, .token_len = strlen(bad)};
+  ss_link *l = NULL;
+  assert_int_equal(ss_link_open_with(&ctx, cu, SS_LINK_WRITE, &o, &l), SS_ERR_INPUT);
+  snprintf(want, sizeof(want), "%s: the listener refused the connection: a wrong token, or a listener without "
+           "--token-file", cu);
+  assert_string_equal(ss_error_message(&ctx), want);
+  o.token = good;
+  o.token_len = strlen(good);
+  if (ss_link_open_with(&ctx, cu, SS_LINK_WRITE, &o, &l) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  assert_int_equal(ss_link_write(&ctx, l, data, sizeof(data)), SS_OK);
+  ss_link_close(l);
+  pthread_join(t, NULL);
+  fclose(j.log);
+  if (j.st != SS_OK) fail_msg("listener: %s", j.msg);
+  assert_int_equal(j.got, sizeof(data));
+  char *text = ss_test_slurp(log_path);
+  snprintf(want, sizeof(want), "warning: tcp-listen://127.0.0.1:%d: refused connection from 127.0.0.1:", tcp_port);
+  if (!strstr(text, want) || !strstr(text, ": bad token\n")) fail_msg("log: %s", text);
+  free(text);
+}
+
+/* Token files: trimmed, 16..1024 bytes, not accessible to others. */
+static void token_files(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  char path[512], tok[SS_LINK_TOKEN_MAX], want[700];
+  size_t len = 0;
+  const char *p = ss_test_write_file("tok_ok", "  0123456789abcdef\n");
+  snprintf(path, sizeof(path), "%s", p);
+  assert_int_equal(chmod(path, 0600), 0);
+  assert_int_equal(ss_link_token_load(&ctx, path, tok, sizeof(tok), &len), SS_OK);
+  assert_int_equal(len, 16);
+  assert_memory_equal(tok, "0123456789abcdef", 16);
+  assert_int_equal(chmod(path, 0604), 0);
+  assert_int_equal(ss_link_token_load(&ctx, path, tok, sizeof(tok), &len), SS_ERR_INPUT);
+  snprintf(want, sizeof(want), "%s: the token file is accessible to others (mode 0604; chmod 600 it)", path);
+  assert_string_equal(ss_error_message(&ctx), want);
+  p = ss_test_write_file("tok_short", "short\n");
+  snprintf(path, sizeof(path), "%s", p);
+  assert_int_equal(chmod(path, 0600), 0);
+  assert_int_equal(ss_link_token_load(&ctx, path, tok, sizeof(tok), &len), SS_ERR_INPUT);
+  snprintf(want, sizeof(want), "%s: token: expected 16..1024 bytes (white space around it ignored), got 5", path);
+  assert_string_equal(ss_error_message(&ctx), want);
+}
+
+/* The header: checked field by field; a file that ends inside it; an empty stream is a clean end. */
+static void stream_header_checked(void **state) {
+  (void)state;
+  unsigned char head[SS_STREAM_HEADER_BYTES];
+  ss_stream_header h = {C, 30000.0};
+  ss_stream_header_encode(&h, head);
+  static const struct {
+    int channels;
+    double rate;
+    size_t bytes;
+    const char *msg; /* NULL: accepted */
+  } cases[] = {
+      {C, 30000.0, sizeof(head), NULL},
+      {C, 30001.0, sizeof(head), NULL}, /* within the rate tolerance */
+      {C + 1, 30000.0, sizeof(head), "stream header: channels 3, expected 4 (the test)"},
+      {C, 20000.0, sizeof(head), "stream header: rate 30000 Hz, expected 20000 Hz (the test)"},
+      {C, 30000.0, 10, "stream ended inside its header: 10 of 32 bytes"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char path[512], want[700];
+    ss_test_path(path, sizeof(path), "headed.raw");
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(head, 1, cases[i].bytes, f), cases[i].bytes);
+    if (cases[i].bytes == sizeof(head)) assert_int_equal(fwrite(data, 1, sizeof(data), f), sizeof(data));
+    fclose(f);
+    ss_ctx ctx;
+    ss_test_ctx(&ctx);
+    ss_link *l = NULL;
+    assert_int_equal(ss_link_open(&ctx, path, SS_LINK_READ, TIMEOUT_S, &l), SS_OK);
+    ss_frame_reader_opts fo = {.rate_hz = cases[i].rate, .expected_by = "the test"};
+    ss_frame_reader *r = NULL;
+    assert_int_equal(ss_frame_reader_open_opts(&ctx, l, cases[i].channels, MAX_ROWS, &fo, &r), SS_OK);
+    const int16_t *rows;
+    int64_t n = 0;
+    double t;
+    ss_status st = ss_frame_reader_next(&ctx, r, &rows, &n, &t);
+    if (!cases[i].msg) {
+      assert_int_equal(st, SS_OK);
+      assert_int_equal(n, MAX_ROWS);
+      assert_memory_equal(rows, data, (size_t)MAX_ROWS * FRAME);
+    } else {
+      assert_int_equal(st, SS_ERR_INPUT);
+      snprintf(want, sizeof(want), "%s: %s", path, cases[i].msg);
+      assert_string_equal(ss_error_message(&ctx), want);
+    }
+    ss_frame_reader_close(r);
+    ss_link_close(l);
+  }
+}
+
+/* A pipe that stays open and silent: the read fails after the idle timeout, naming the link. */
+static void idle_timeout(void **state) {
+  (void)state;
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  char ru[64], want[256];
+  snprintf(ru, sizeof(ru), "/dev/fd/%d", fds[0]);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_link_opts o = {.timeout_s = TIMEOUT_S, .idle_timeout_s = SHORT_TIMEOUT_S};
+  ss_link *l = NULL;
+  assert_int_equal(ss_link_open_with(&ctx, ru, SS_LINK_READ, &o, &l), SS_OK);
+  unsigned char b[16];
+  size_t n = 0;
+  assert_int_equal(write(fds[1], "x", 1), 1);
+  assert_int_equal(ss_link_read(&ctx, l, b, sizeof(b), &n), SS_OK);
+  assert_int_equal(n, 1);
+  double t0 = ss_now();
+  assert_int_equal(ss_link_read(&ctx, l, b, sizeof(b), &n), SS_ERR_INPUT);
+  double dt = ss_now() - t0;
+  snprintf(want, sizeof(want), "no data from %s for 0.2 s (--idle-timeout)", ru);
+  assert_string_equal(ss_error_message(&ctx), want);
+  assert_true(dt >= SHORT_TIMEOUT_S * 0.9 && dt < 10 * SHORT_TIMEOUT_S);
+  assert_int_equal(ss_link_idle_check(&ctx, l), SS_ERR_INPUT);
+  ss_link_close(l);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 /* ---- spikestream replay --------------------------------------------------------------------- */
 
 #define SIM_DURATION "0.2"
@@ -432,7 +664,8 @@ static void *reader_main(void *arg) {
   ss_link *l = NULL;
   r->st = ss_link_open(&ctx, r->uri, SS_LINK_READ, TIMEOUT_S, &l);
   ss_frame_reader *fr = NULL;
-  if (r->st == SS_OK) r->st = ss_frame_reader_open(&ctx, l, SIM_CHANNELS, 64, &fr);
+  ss_frame_reader_opts fo = {.rate_hz = SIM_RATE, .expected_by = "the test"}; /* replay writes the header */
+  if (r->st == SS_OK) r->st = ss_frame_reader_open_opts(&ctx, l, SIM_CHANNELS, 64, &fo, &fr);
   while (r->st == SS_OK) {
     const int16_t *p;
     int64_t n;
@@ -544,6 +777,11 @@ static void replay_window_to_stdout(void **state) {
   assert_true(f && g);
   size_t bytes = 3030 * SIM_CHANNELS * sizeof(int16_t);
   char *a = malloc(bytes + 1), *b = malloc(bytes);
+  unsigned char head[SS_STREAM_HEADER_BYTES], want_head[SS_STREAM_HEADER_BYTES];
+  ss_stream_header h = {SIM_CHANNELS, SIM_RATE};
+  ss_stream_header_encode(&h, want_head);
+  assert_int_equal(fread(head, 1, sizeof(head), f), sizeof(head));
+  assert_memory_equal(head, want_head, sizeof(head));
   assert_int_equal(fread(a, 1, bytes + 1, f), bytes);
   assert_int_equal(fseek(g, 1500 * SIM_CHANNELS * (long)sizeof(int16_t), SEEK_SET), 0);
   assert_int_equal(fread(b, 1, bytes, g), bytes);
@@ -623,6 +861,9 @@ int main(void) {
       cmocka_unit_test(ended_mid_frame),    cmocka_unit_test(listener_reopened),
       cmocka_unit_test(bad_uris),           cmocka_unit_test(frame_reader_arguments),
       cmocka_unit_test(timeouts),           cmocka_unit_test(receiver_gone),
+      cmocka_unit_test(listen_loopback_by_default), cmocka_unit_test(token_exchange),
+      cmocka_unit_test(token_files),        cmocka_unit_test(stream_header_checked),
+      cmocka_unit_test(idle_timeout),
   };
   const struct CMUnitTest replay_tests[] = {
       cmocka_unit_test(replay_to_socket),

@@ -449,7 +449,7 @@ static collected file_ref; /* `live --source FILE` on the whole recording */
 
 static void live_on_file(const char *path, const char *extra, collected *c, int want_code, char **err_out) {
   char live[8192], *out, *err;
-  snprintf(live, sizeof(live), "--source '%s' --model '%s' %s", path, fx.model, extra);
+  snprintf(live, sizeof(live), "--source '%s' --raw --model '%s' %s", path, fx.model, extra); /* bare frames */
   int code = run_live(NULL, live, &out, &err);
   if (code != want_code) fail_msg("live: exit %d: %s", code, err);
   parse_lines(out, c);
@@ -494,7 +494,7 @@ static void sources_and_partial_frames(void **state) {
   collected got;
   int code;
   for (int spin = 0; spin < 2; spin++) { /* stdin: the reader thread, then --spin's workers */
-    snprintf(live, sizeof(live), "--source - --model '%s' --stats-every 0.05%s < '%s'", fx.model,
+    snprintf(live, sizeof(live), "--source - --raw --model '%s' --stats-every 0.05%s < '%s'", fx.model,
              spin ? " --spin" : "", fx.bin);
     code = run_live(NULL, live, &out, &err);
     if (code != 0) fail_msg("live: exit %d: %s", code, err);
@@ -536,7 +536,7 @@ static void sources_and_partial_frames(void **state) {
   for (int mode = 0; mode < 3; mode++) {
     odd_writer w = {.uri = uri, .bytes = bytes, .n = n_bytes};
     pthread_t th;
-    snprintf(live, sizeof(live), "--source 'unix://%s' --model '%s'%s", fx.sock, fx.model, modes[mode]);
+    snprintf(live, sizeof(live), "--source 'unix://%s' --raw --model '%s'%s", fx.sock, fx.model, modes[mode]);
     assert_int_equal(pthread_create(&th, NULL, odd_writer_main, &w), 0);
     code = run_live(NULL, live, &out, &err);
     pthread_join(th, NULL);
@@ -697,7 +697,7 @@ static void train_seconds(void **state) {
   assert_int_equal(got.n, spikes);
   /* the same rows through `live --model` with the fitted model (whole file: the filter has settled) */
   collected ref;
-  snprintf(live, sizeof(live), "--source '%s' --model '%s'", bin, model);
+  snprintf(live, sizeof(live), "--source '%s' --raw --model '%s'", bin, model);
   char *out2, *err2;
   if (run_live(NULL, live, &out2, &err2) != 0) fail_msg("live --model: %s", err2);
   parse_lines(out2, &ref);
@@ -735,7 +735,7 @@ static void cli_errors(void **state) {
       {"live --source - --model m.h5 --assign vote", 2, "spikestream live: --assign: expected centroid or knn, got \"vote\"\n"},
       {"live --source - --model m.h5 --k 0", 2, "spikestream live: --k: expected an integer in [1, 2147483647], got \"0\"\n"},
       {"live --source - --model m.h5 --block-ms 0", 2, "spikestream live: --block-ms: expected a number in (0, 60000], got \"0\"\n"},
-      {"live --source - --train-seconds 60", 2, "spikestream live: --train-seconds needs --channels N and --rate HZ (the stream has no header)\n"},
+      {"live --source - --train-seconds 60", 2, "spikestream live: --train-seconds needs --channels N and --rate HZ (the stream header is checked against them)\n"},
       {"live --source - --train-seconds 0 --channels 32 --rate 30000", 2, "spikestream live: --train-seconds: expected a number > 0, got \"0\"\n"},
       {"live --source - --model m.h5 --workers 2", 2, "spikestream live: --workers goes with --spin (the polling threads)\n"},
       {"live --source - --model m.h5 --spin --workers 17", 2, "spikestream live: --workers: expected an integer in [1, 16], got \"17\"\n"},
@@ -767,7 +767,7 @@ static void cli_errors(void **state) {
   free(out);
   free(err);
   /* a stream shorter than the training: exit 1 naming it */
-  snprintf(args, sizeof(args), "live --source '%s' --train-seconds 100 --channels 32 --rate 30000 -q", fx.bin);
+  snprintf(args, sizeof(args), "live --source '%s' --raw --train-seconds 100 --channels 32 --rate 30000 -q", fx.bin);
   snprintf(want, sizeof(want), "spikestream live: %s: the stream ended after %.3f s, before the 100 s of --train-seconds\n",
            fx.bin, CLI_DURATION);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 1);
