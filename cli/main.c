@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "build_config.h"
@@ -112,6 +113,11 @@ int ss_cli_finish(const char *cmd, ss_ctx *ctx, ss_status st) {
     line += len + (nl ? 1 : 0);
   }
   return ss_status_exit_code(st);
+}
+
+int ss_cli_test_kill_at(void) {
+  const char *v = getenv("SPIKESTREAM_TEST_KILL_AT");
+  return v ? atoi(v) : 0;
 }
 
 int main(int argc, char **argv) {

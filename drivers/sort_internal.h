@@ -37,6 +37,7 @@ typedef struct {
   int has_live;           /* the causal twin below was fitted (model.h5 /live) */
   ss_frontend_model live_fe;
   ss_live_twin live;
+  const char *write_dir;  /* where the writers put the outputs: the output set's temporary folder */
 } ss_sort_state;
 
 /* The causal twin of the model (sort.live_model): a second front-end pass with filter.causal = 1
