@@ -493,10 +493,7 @@ ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
   for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
     double t0 = ss_now();
     ss_status st = outputs[i].write(ctx, &w);
-    if (st != SS_OK) {
-      ss_outset_abort(&os);
-      return st;
-    }
+    if (st != SS_OK) return ss_outset_fail(ctx, &os);
     ss_log_info(ctx, "sort: wrote the %s in %.2f s", outputs[i].name, ss_now() - t0);
     ss_outset_step(&os);
   }

@@ -12,6 +12,7 @@
 #include "build_config.h"
 #include "io/atomic_file.h"
 #include "io/h5_util.h"
+#include "io/outset.h"
 #include "io/results_h5.h"
 #include "params/params.h"
 
@@ -479,6 +480,7 @@ static ss_status read_all(reader *r, ss_model_live_data *m) {
 
 ss_status ss_model_read_live(ss_ctx *ctx, const char *path, ss_model_live_data *out) {
   memset(out, 0, sizeof(*out));
+  SS_TRY(ss_outset_check_file(ctx, path));
   ss_h5_quiet();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as an HDF5 model file", path);

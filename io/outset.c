@@ -144,6 +144,25 @@ void ss_outset_abort(ss_outset *os) {
   os->tmp_dir[0] = '\0';
 }
 
+ss_status ss_outset_fail(ss_ctx *ctx, ss_outset *os) {
+  char old[SS_CTX_MSG_MAX];
+  size_t tlen = strlen(os->tmp_dir), n = 0;
+  memcpy(old, ctx->msg, ctx->msg_len + 1);
+  for (const char *p = old; *p && n + 1 < sizeof(ctx->msg);) {
+    if (tlen > 0 && strncmp(p, os->tmp_dir, tlen) == 0) {
+      n += (size_t)snprintf(ctx->msg + n, sizeof(ctx->msg) - n, "%s", os->final_dir);
+      if (n >= sizeof(ctx->msg)) n = sizeof(ctx->msg) - 1;
+      p += tlen;
+    } else {
+      ctx->msg[n++] = *p++;
+    }
+  }
+  ctx->msg[n] = '\0';
+  ctx->msg_len = n;
+  ss_outset_abort(os);
+  return ctx->status != SS_OK ? ctx->status : SS_ERR_INTERNAL;
+}
+
 /* --- the manifest ------------------------------------------------------------------------------ */
 
 /* One line per regular file under root/rel: "SIZE<TAB>REL". Writers' temporaries are skipped. */

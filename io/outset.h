@@ -33,6 +33,9 @@ void ss_outset_step(ss_outset *os);
 ss_status ss_outset_commit(ss_ctx *ctx, ss_outset *os, const char *command);
 /* Give up: remove the temporary folder. Never fails. */
 void ss_outset_abort(ss_outset *os);
+/* Give up after a writer failed: the recorded message names the target folder instead of the
+ * temporary one, and the temporary folder is removed. Returns the recorded status. */
+ss_status ss_outset_fail(ss_ctx *ctx, ss_outset *os);
 
 /* For readers of `path` (a file or folder inside an output folder): when its folder holds a
  * manifest, every listed file must exist and `path`, when listed, must have its listed size; a
