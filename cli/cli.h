@@ -107,4 +107,8 @@ int ss_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 /* Print the context's message lines for a failed status and return its exit code (0 for SS_OK). */
 int ss_cli_finish(const char *cmd, ss_ctx *ctx, ss_status st);
 
+/* Test hooks read from the environment (docs/formats.md, tests/README.md): the output-set step at
+ * which to SIGKILL this process (SPIKESTREAM_TEST_KILL_AT; 0 when unset). */
+int ss_cli_test_kill_at(void);
+
 #endif

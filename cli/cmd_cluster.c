@@ -12,6 +12,7 @@
 #include "io/atomic_file.h"
 #include "io/klustakwik.h"
 #include "io/matrix.h"
+#include "io/outset.h"
 #include "params/params.h"
 #include "cli/cli.h"
 #include "core/log.h"
@@ -212,9 +213,13 @@ static ss_status read_input(ss_ctx *ctx, const cluster_args *a, const ss_params 
   if (!a->fet_npy) {
     snprintf(fp, sizeof(fp), "%s.fet.%s", a->base, a->shank);
     snprintf(mp, sizeof(mp), "%s.fmask.%s", a->base, a->shank);
+    SS_TRY(ss_outset_check_file(ctx, fp));
+    SS_TRY(ss_outset_check_file(ctx, mp));
     return ss_kk_read_features(ctx, fp, mp, drop, fet, mask);
   }
   memset(mask, 0, sizeof(*mask));
+  SS_TRY(ss_outset_check_file(ctx, a->fet_npy));
+  SS_TRY(ss_outset_check_file(ctx, a->mask_npy));
   SS_TRY(ss_matrix_read(ctx, a->fet_npy, NULL, fet));
   SS_TRY(ss_matrix_read(ctx, a->mask_npy, NULL, mask));
   SS_TRY(expand_masks(ctx, a->mask_npy, fet, mask));

@@ -6,6 +6,7 @@
 
 #include "io/atomic_file.h"
 #include "io/klustakwik.h"
+#include "io/outset.h"
 #include "io/results_h5.h"
 #include "io/source.h"
 #include "params/params.h"
@@ -82,7 +83,7 @@ static ss_status write_klustakwik(ss_ctx *ctx, const char *dir, const char *base
   SS_TRY(SS_ALLOC(ctx, mask.data, (size_t)(s->n > 0 ? s->n : 1) * F, "feature masks"));
   for (int64_t i = 0; i < s->n; i++)
     for (int64_t j = 0; j < F; j++) mask.data[i * F + j] = s->masks[i * s->n_channels + j / s->n_pcs];
-  char fet_path[4096], fmask_path[4096];
+  char fet_path[8192], fmask_path[8192];
   snprintf(fet_path, sizeof(fet_path), "%s/%s.fet.1", dir, base);
   snprintf(fmask_path, sizeof(fmask_path), "%s/%s.fmask.1", dir, base);
   ss_status st = ss_kk_write_features(ctx, fet_path, fmask_path, &fet, &mask);
@@ -90,8 +91,7 @@ static ss_status write_klustakwik(ss_ctx *ctx, const char *dir, const char *base
   return st;
 }
 
-static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_params *p, const ss_spikes *s) {
-  SS_TRY(ss_make_dir(ctx, a->out_dir));
+static ss_status write_set(ss_ctx *ctx, const detect_args *a, const ss_params *p, const ss_spikes *s, const char *dir) {
   char *json = ss_params_to_json(p);
   if (!json) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: parameter JSON");
   ss_results_core core = {.sample_rate = s->rate_hz,
@@ -105,13 +105,22 @@ static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_param
                           .features = s->features,
                           .masks = s->masks,
                           .params_json = json};
-  char path[4096], base[1024];
-  snprintf(path, sizeof(path), "%s/results.h5", a->out_dir);
+  char path[4096 + 16], base[1024];
+  snprintf(path, sizeof(path), "%s/results.h5", dir);
   ss_status st = ss_results_write(ctx, path, &core);
   free(json);
   SS_TRY(st);
   ss_path_base_name(a->spec.path, base, sizeof(base));
-  return write_klustakwik(ctx, a->out_dir, base, s);
+  return write_klustakwik(ctx, dir, base, s);
+}
+
+/* results.h5 and the KlustaKwik files, swapped in as one output set (io/outset.h). */
+static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_params *p, const ss_spikes *s) {
+  ss_outset os;
+  SS_TRY(ss_outset_begin(ctx, &os, a->out_dir, ss_cli_test_kill_at()));
+  ss_status st = write_set(ctx, a, p, s, os.tmp_dir);
+  if (st != SS_OK) return ss_outset_fail(ctx, &os);
+  return ss_outset_commit(ctx, &os, "detect");
 }
 
 static ss_status run(ss_ctx *ctx, detect_args *a) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "io/nwb_check.h"
+#include "io/outset.h"
 #include "io/phy.h"
 #include "io/source.h"
 #include "cli/cli.h"
@@ -61,6 +62,7 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   if (code >= 0) return code;
   if (first != argc - 1) return ss_cli_usage_error("inspect", "expected one input file");
   a.spec.path = argv[first];
+  if (ss_outset_check_file(ctx, a.spec.path) != SS_OK) return ss_cli_finish("inspect", ctx, ctx->status);
   if (a.check_phy) {
     ss_status pst = ss_phy_check(ctx, a.spec.path);
     if (pst == SS_OK) printf("phy check:    ok (%s)\n", a.spec.path);

@@ -95,5 +95,6 @@ int ss_cmd_sort(int argc, char **argv, ss_ctx *ctx) {
   if (first != argc - 1) return ss_cli_usage_error(CMD, "expected one input recording");
   if (!a.o.out_dir) return ss_cli_usage_error(CMD, "-o DIR is required");
   a.o.spec.path = argv[first];
+  a.o.test_kill_at = ss_cli_test_kill_at();
   return ss_cli_finish(CMD, ctx, run(ctx, &a));
 }

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "build_config.h"
@@ -114,6 +115,13 @@ int ss_cli_finish(const char *cmd, ss_ctx *ctx, ss_status st) {
   return ss_status_exit_code(st);
 }
 
+/* Test hooks: SPIKESTREAM_FAIL_ALLOC=N fails the Nth allocation made through the command's context
+ * (ss_alloc_fault); =count counts them and prints "spikestream: allocations: N" at exit. */
+int ss_cli_test_kill_at(void) {
+  const char *v = getenv("SPIKESTREAM_TEST_KILL_AT");
+  return v ? atoi(v) : 0;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -131,7 +139,15 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], commands[i].name) == 0) {
       ss_ctx ctx;
       ss_ctx_init(&ctx);
-      return commands[i].run(argc - 1, argv + 1, &ctx);
+      ss_alloc_fault fault = {0, 0};
+      const char *inject = getenv("SPIKESTREAM_FAIL_ALLOC");
+      if (inject) {
+        fault.fail_at = strcmp(inject, "count") == 0 ? 0 : atoll(inject);
+        ctx.alloc_fault = &fault;
+      }
+      int code = commands[i].run(argc - 1, argv + 1, &ctx);
+      if (inject && fault.fail_at == 0) fprintf(stderr, "spikestream: allocations: %lld\n", fault.count);
+      return code;
     }
   }
   fprintf(stderr, "spikestream: unknown command \"%s\"\n", argv[1]);

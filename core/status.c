@@ -17,6 +17,7 @@ void ss_ctx_init_child(ss_ctx *child, const ss_ctx *parent) {
   child->log_level = parent->log_level;
   child->log_stream = parent->log_stream;
   child->quiet = parent->quiet;
+  child->alloc_fault = parent->alloc_fault;
 }
 
 void ss_ctx_clear(ss_ctx *ctx) {
@@ -106,9 +107,19 @@ void ss_ctx_prefix(ss_ctx *ctx, const char *fmt, ...) {
 
 const char *ss_error_message(const ss_ctx *ctx) { return ctx->msg; }
 
+/* Count one allocation; 1 when it is the one to fail. */
+static int inject_failure(const ss_ctx *ctx) {
+  ss_alloc_fault *f = ctx->alloc_fault;
+  if (!f) return 0;
+  long long n = __atomic_add_fetch(&f->count, 1, __ATOMIC_RELAXED);
+  return f->fail_at > 0 && n == f->fail_at;
+}
+
 ss_status ss_alloc(ss_ctx *ctx, void **out, size_t count, size_t size, const char *what) {
   *out = NULL;
   if (count == 0 || size == 0) return SS_OK;
+  if (inject_failure(ctx))
+    return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu x %zu bytes (injected failure)", what, count, size);
   if (count > SIZE_MAX / size)
     return ss_fail(ctx, SS_ERR_NOMEM, "%s: %zu x %zu bytes overflows", what, count, size);
   *out = malloc(count * size);
@@ -119,6 +130,8 @@ ss_status ss_alloc(ss_ctx *ctx, void **out, size_t count, size_t size, const cha
 ss_status ss_calloc(ss_ctx *ctx, void **out, size_t count, size_t size, const char *what) {
   *out = NULL;
   if (count == 0 || size == 0) return SS_OK;
+  if (inject_failure(ctx))
+    return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu x %zu bytes (injected failure)", what, count, size);
   *out = calloc(count, size);
   if (!*out) return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu x %zu bytes", what, count, size);
   return SS_OK;

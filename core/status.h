@@ -29,6 +29,14 @@ typedef enum { SS_LOG_ERROR = 0, SS_LOG_WARN, SS_LOG_INFO, SS_LOG_DEBUG } ss_log
 
 #define SS_CTX_MSG_MAX 8192
 
+/* Allocation-failure injection, a test hook (SQLite's test_malloc idea): a context that points at
+ * one counts every ss_alloc/ss_calloc made through it and its children, and fails the fail_at-th
+ * with SS_ERR_NOMEM. The CLI sets one up from SPIKESTREAM_FAIL_ALLOC (cli/main.c, tests/README.md). */
+typedef struct {
+  long long fail_at; /* > 0: fail that allocation (counted from 1); 0: count only */
+  long long count;   /* allocations so far (updated atomically: children may run on other threads) */
+} ss_alloc_fault;
+
 /* The context: the error message of the last failure, and where and how much to log. */
 typedef struct ss_ctx {
   ss_status status;
@@ -39,11 +47,12 @@ typedef struct ss_ctx {
   int quiet;         /* no progress output and no INFO lines */
   FILE *log_stream;  /* default stderr */
   int progress_tty;  /* -1: detect from log_stream; 0/1 forced */
+  ss_alloc_fault *alloc_fault; /* NULL (the default): no injection */
 } ss_ctx;
 
 void ss_ctx_init(ss_ctx *ctx);
 /* A fresh context for work done on behalf of `parent` (another thread, a slot): no failure recorded,
- * the parent's logging settings (level, stream, quiet). */
+ * the parent's logging settings (level, stream, quiet) and allocation-failure injection. */
 void ss_ctx_init_child(ss_ctx *child, const ss_ctx *parent);
 /* Forget the recorded failure (the logging settings stay). */
 void ss_ctx_clear(ss_ctx *ctx);

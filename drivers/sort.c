@@ -301,7 +301,7 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   SS_TRY(run_merge(ctx, s));
   SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));
   double t3 = ss_now();
-  if (s->o->params.sort.live_model) ss_sort_live_twin(ctx, be, src, s);
+  if (s->o->params.sort.live_model) SS_TRY(ss_sort_live_twin(ctx, be, src, s));
   double t4 = ss_now();
   sum->t_frontend_s = (t1 - t0) + (t4 - t3); /* the twin is a front-end pass */
   sum->t_cluster_s = t2 - t1;

@@ -2,7 +2,7 @@
  * source → front end → masked EM (KNN vote for the spikes beyond its subset) → merge, cleanup and a
  * second merge → outputs, timing each stage (docs/architecture.md, "The pipeline").
  *
- * Outputs under out_dir (each written atomically; layouts in docs/formats.md):
+ * Outputs under out_dir, swapped in as one set with a manifest (io/outset.h; layouts in docs/formats.md):
  *   results.h5          the stable core with /spikes/cluster, per-cluster statistics, the merge log,
  *                       parameters, software version, input checksum
  *   phy/                a phy folder (templates = per-cluster mean waveforms)
@@ -47,6 +47,7 @@ typedef struct {
   int n_threads;           /* <= 0: all */
   int merge;               /* 1: merge (default when params.merge.enabled), 0: keep raw clusters */
   int check_phy;           /* run ss_phy_check on the written folder */
+  int test_kill_at;        /* test hook, 0: off: SIGKILL at this output-set step (ss_outset.kill_at) */
 } ss_sort_opts;
 
 /* Fill opts with defaults (params defaults, AUTO device, all threads, merge per params). */

@@ -37,12 +37,13 @@ typedef struct {
   int has_live;           /* the causal twin below was fitted (model.h5 /live) */
   ss_frontend_model live_fe;
   ss_live_twin live;
+  const char *write_dir;  /* where the writers put the outputs: the output set's temporary folder */
 } ss_sort_state;
 
 /* The causal twin of the model (sort.live_model): a second front-end pass with filter.causal = 1
  * and the twin built from it (live_model.h). A failure is logged as a warning and leaves
- * has_live = 0: model.h5 is then written without /live. */
-void ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s);
+ * has_live = 0: model.h5 is then written without /live; running out of host memory fails the sort. */
+ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s);
 
 /* results.h5, phy/, BASE.fet.1/.fmask.1/.clu.1 and model.h5 under o->out_dir. */
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s);

@@ -125,7 +125,7 @@ static ss_status fit_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src
   return st;
 }
 
-void ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   const double twin_s = s->o->params.sort.live_twin_seconds, dur = ss_source_get_info(src)->duration_s;
   if (twin_s > 0 && twin_s < dur)
     ss_log_info(ctx, "sort: live twin: the front end again with the causal filter over the first %g of %g s "
@@ -134,12 +134,18 @@ void ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sor
     ss_log_info(ctx, "sort: live twin: the front end again with the causal filter, calibrating its threshold (sort.live_model)");
   ss_ctx tctx = *ctx; /* a failure here is a warning, not the sort's error */
   ss_ctx_clear(&tctx);
-  if (fit_live_twin(&tctx, be, src, s) != SS_OK) {
+  ss_status st = fit_live_twin(&tctx, be, src, s);
+  if (st == SS_ERR_NOMEM) { /* out of host memory is the run's failure, as anywhere else */
+    ss_frontend_model_free(&s->live_fe);
+    ss_live_twin_free(&s->live);
+    return ss_fail(ctx, st, "%s", ss_error_message(&tctx));
+  }
+  if (st != SS_OK) {
     ss_log_warn(ctx, "sort: live twin failed, model.h5 is written without /live (live mode will refuse it): %s",
                 ss_error_message(&tctx));
     ss_frontend_model_free(&s->live_fe);
     ss_live_twin_free(&s->live);
-    return;
+    return SS_OK;
   }
   const ss_live_twin *t = &s->live;
   const ss_filter *f = &s->live_fe.filter;
@@ -151,4 +157,5 @@ void ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sor
               t->n_causal, t->n_matched, t->n_causal > 0 ? 100.0 * (double)t->n_matched / (double)t->n_causal : 0.0,
               t->offset, t->k, t->n_units);
   s->has_live = 1;
+  return SS_OK;
 }

@@ -10,6 +10,7 @@
 #include "io/atomic_file.h"
 #include "io/klustakwik.h"
 #include "io/model_h5.h"
+#include "io/outset.h"
 #include "io/phy.h"
 #include "io/results_h5.h"
 #include "io/h5_util.h"
@@ -22,7 +23,7 @@
 /* --- paths ------------------------------------------------------------------------------------- */
 
 static void out_path(char *buf, size_t len, const ss_sort_state *s, const char *name) {
-  snprintf(buf, len, "%s/%s", s->o->out_dir, name);
+  snprintf(buf, len, "%s/%s", s->write_dir, name);
 }
 
 /* --- results.h5 -------------------------------------------------------------------------------- */
@@ -485,11 +486,16 @@ ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
     ss_status (*write)(ss_ctx *, const ss_sort_state *);
   } outputs[] = {{"results.h5", write_results}, {"phy folder", write_phy}, {"KlustaKwik files", write_klustakwik},
                  {"model.h5", write_model}};
-  SS_TRY(ss_make_dir(ctx, s->o->out_dir));
+  ss_outset os;
+  SS_TRY(ss_outset_begin(ctx, &os, s->o->out_dir, s->o->test_kill_at));
+  ss_sort_state w = *s;
+  w.write_dir = os.tmp_dir;
   for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
     double t0 = ss_now();
-    SS_TRY(outputs[i].write(ctx, s));
+    ss_status st = outputs[i].write(ctx, &w);
+    if (st != SS_OK) return ss_outset_fail(ctx, &os);
     ss_log_info(ctx, "sort: wrote the %s in %.2f s", outputs[i].name, ss_now() - t0);
+    ss_outset_step(&os);
   }
-  return SS_OK;
+  return ss_outset_commit(ctx, &os, "sort");
 }

@@ -1,6 +1,7 @@
 /* h5_util.c — HDF5 attribute, path and vector helpers (see h5_util.h). */
 #include "io/h5_util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,4 +222,55 @@ ss_status ss_h5_read_f64_vector(ss_ctx *ctx, hid_t loc, const char *path, const 
   }
   H5Dclose(d);
   return st;
+}
+
+/* --- output files built in memory -------------------------------------------------------------- */
+
+/* Growth step of the in-memory image (the core driver reallocates by this much). */
+#define SS_H5_MEM_INCREMENT ((size_t)16 << 20)
+
+hid_t ss_h5_mem_create(ss_ctx *ctx, ss_atomic_file *af, const char *path) {
+  ss_h5_quiet();
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  hid_t f = -1;
+  if (fapl >= 0 && H5Pset_fapl_core(fapl, SS_H5_MEM_INCREMENT, 0) >= 0)
+    f = H5Fcreate(af->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  if (fapl >= 0) H5Pclose(fapl);
+  if (f < 0) {
+    ss_atomic_abort(af);
+    ss_fail(ctx, SS_ERR_IO, "%s: cannot create the file", path);
+  }
+  return f;
+}
+
+void ss_h5_mem_abort(hid_t file, ss_atomic_file *af) {
+  if (file >= 0) H5Fclose(file);
+  ss_atomic_abort(af);
+}
+
+ss_status ss_h5_mem_commit(ss_ctx *ctx, hid_t file, ss_atomic_file *af) {
+  const char *path = af->final_path;
+  ssize_t size = H5Fflush(file, H5F_SCOPE_LOCAL) < 0 ? -1 : H5Fget_file_image(file, NULL, 0);
+  if (size <= 0) {
+    ss_h5_mem_abort(file, af);
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot finish the file", path);
+  }
+  char *image = NULL;
+  ss_status st = SS_ALLOC(ctx, image, (size_t)size, "HDF5 file image");
+  if (st == SS_OK && H5Fget_file_image(file, image, (size_t)size) != size)
+    st = ss_fail(ctx, SS_ERR_IO, "%s: cannot copy the file image", path);
+  herr_t closed = H5Fclose(file);
+  if (st == SS_OK && closed < 0) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", path);
+  if (st == SS_OK) {
+    af->f = fopen(af->tmp_path, "wb");
+    if (!af->f) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  }
+  if (st == SS_OK && fwrite(image, 1, (size_t)size, af->f) != (size_t)size)
+    st = ss_fail(ctx, SS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+  free(image);
+  if (st != SS_OK) {
+    ss_atomic_abort(af);
+    return st;
+  }
+  return ss_atomic_commit(ctx, af);
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "io/atomic_file.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,20 @@ ss_status ss_h5_attr_ref(ss_ctx *ctx, hid_t obj, const char *name, hid_t file, c
                          const char *where);
 /* Scalar variable-length string dataset. */
 ss_status ss_h5_dataset_str(ss_ctx *ctx, hid_t loc, const char *name, const char *value, const char *where);
+
+/* Output files built in memory (HDF5's core driver, no backing store) and written out with stdio
+ * only when complete. HDF5 1.10 leaves a file whose H5Fclose failed (a write error while flushing,
+ * e.g. a full disk) half torn down and crashes on it at exit; a memory file's close does no I/O, so
+ * it cannot fail that way, and the write errors surface in ss_h5_mem_commit as plain stdio errors.
+ * Costs the file's size in memory (twice, briefly, while the image is copied out). */
+/* Create the in-memory file for af (from ss_atomic_begin with open_stdio 0); -1 (and a message
+ * naming `path`) on failure, af aborted. */
+hid_t ss_h5_mem_create(ss_ctx *ctx, ss_atomic_file *af, const char *path);
+/* Copy the file's image out, close the file, write the image to af's temporary and rename it into
+ * place. The file is closed and af committed or aborted in every case. */
+ss_status ss_h5_mem_commit(ss_ctx *ctx, hid_t file, ss_atomic_file *af);
+/* Give up: close the file (no I/O) and abort af. Never fails. */
+void ss_h5_mem_abort(hid_t file, ss_atomic_file *af);
 
 /* Readers. Return 1 when found and readable, 0 when absent or of another kind. */
 int ss_h5_read_attr_str(hid_t obj, const char *name, char *buf, size_t len);

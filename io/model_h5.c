@@ -12,6 +12,7 @@
 #include "build_config.h"
 #include "io/atomic_file.h"
 #include "io/h5_util.h"
+#include "io/outset.h"
 #include "io/results_h5.h"
 #include "params/params.h"
 
@@ -171,23 +172,19 @@ ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m) 
   ss_h5_quiet();
   ss_atomic_file af;
   SS_TRY(ss_atomic_begin(ctx, &af, path, 0));
-  hid_t f = H5Fcreate(af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) {
-    ss_atomic_abort(&af);
-    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the file", path);
-  }
+  hid_t f = ss_h5_mem_create(ctx, &af, path);
+  if (f < 0) return SS_ERR_IO;
   ss_status st = write_attrs(ctx, f, m, path);
   if (st == SS_OK) st = write_front(ctx, f, m, path);
   if (st == SS_OK) st = write_clusters(ctx, f, m, path);
   if (st == SS_OK) st = write_scale(ctx, f, m, path);
   if (st == SS_OK && m->live) st = write_live(ctx, f, m, path);
   if (st == SS_OK) st = ss_h5_dataset_str(ctx, f, "params", m->params_json ? m->params_json : "{}", path);
-  if (H5Fclose(f) < 0 && st == SS_OK) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", path);
   if (st != SS_OK) {
-    ss_atomic_abort(&af);
+    ss_h5_mem_abort(f, &af);
     return st;
   }
-  return ss_atomic_commit(ctx, &af);
+  return ss_h5_mem_commit(ctx, f, &af);
 }
 
 /* --- the reader ----------------------------------------------------------------------------------- */
@@ -483,6 +480,7 @@ static ss_status read_all(reader *r, ss_model_live_data *m) {
 
 ss_status ss_model_read_live(ss_ctx *ctx, const char *path, ss_model_live_data *out) {
   memset(out, 0, sizeof(*out));
+  SS_TRY(ss_outset_check_file(ctx, path));
   ss_h5_quiet();
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as an HDF5 model file", path);

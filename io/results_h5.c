@@ -83,30 +83,22 @@ ss_status ss_results_begin(ss_ctx *ctx, const char *path, const ss_results_core 
   SS_TRY(check_core(ctx, path, core));
   ss_h5_quiet();
   SS_TRY(ss_atomic_begin(ctx, &rf->af, path, 0));
-  rf->file = H5Fcreate(rf->af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (rf->file < 0) {
-    ss_atomic_abort(&rf->af);
-    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the file", path);
-  }
+  rf->file = ss_h5_mem_create(ctx, &rf->af, path);
+  if (rf->file < 0) return SS_ERR_IO;
   ss_status st = write_core(ctx, rf->file, path, core);
   if (st != SS_OK) ss_results_abort(rf);
   return st;
 }
 
 ss_status ss_results_commit(ss_ctx *ctx, ss_results_file *rf) {
-  herr_t e = H5Fclose(rf->file);
+  hid_t f = rf->file;
   rf->file = -1;
-  if (e < 0) {
-    ss_atomic_abort(&rf->af);
-    return ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", rf->af.final_path);
-  }
-  return ss_atomic_commit(ctx, &rf->af);
+  return ss_h5_mem_commit(ctx, f, &rf->af);
 }
 
 void ss_results_abort(ss_results_file *rf) {
-  if (rf->file >= 0) H5Fclose(rf->file);
+  ss_h5_mem_abort(rf->file, &rf->af);
   rf->file = -1;
-  ss_atomic_abort(&rf->af);
 }
 
 ss_status ss_results_write(ss_ctx *ctx, const char *path, const ss_results_core *core) {

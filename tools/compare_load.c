@@ -13,6 +13,7 @@
 #include "io/h5_util.h"
 #include "io/klustakwik.h"
 #include "io/npy.h"
+#include "io/outset.h"
 #include "tools/compare.h"
 
 /* Time base of NWB spike times (seconds) when the file has no ElectricalSeries rate and none is
@@ -382,6 +383,7 @@ ss_status ss_spike_trains_load(ss_ctx *ctx, const char *path, const ss_trains_lo
   memset(out, 0, sizeof(*out));
   struct stat sb;
   if (stat(path, &sb) != 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: no such file or directory", path);
+  SS_TRY(ss_outset_check_file(ctx, path));
   if (S_ISDIR(sb.st_mode)) return load_phy(ctx, path, opts, out);
   const char *base = strrchr(path, '/');
   if (strstr(base ? base + 1 : path, ".clu")) return load_clu(ctx, path, opts, out);
