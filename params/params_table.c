@@ -138,9 +138,9 @@ const ss_param_spec ss_param_table[] = {
     NUM("templates.min_gain", templates.min_gain, 50.0, 0, INF, 0, 0,
         "Least energy (noise-variance units) a unit's template must remove from a spike for the spike to join it; "
         "a spike no unit reaches goes to the noise cluster."),
-    NUM("templates.amp_min", templates.amp_min, 0.6, 0, INF, 0, 0,
-        "Smallest amplitude scale of a template fit."),
-    NUM("templates.amp_max", templates.amp_max, 1.5, 0, INF, 0, 0,
+    NUM("templates.amp_min", templates.amp_min, 0.75, 0, INF, 0, 0,
+        "Smallest amplitude scale of a template fit (a wider range lets a large unit's template, scaled down, take a small unit's spikes on the same channels; see docs/accuracy.md)."),
+    NUM("templates.amp_max", templates.amp_max, 1.33, 0, INF, 0, 0,
         "Largest amplitude scale of a template fit."),
 
     NUM("sort.penalty_k_log_n", sort.penalty_k_log_n, 0.2, 0, INF, 0, 0,
