@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "stages/knn/knn.h"
 #include "stages/mask_em/mask_em.h"
+#include "stages/templates/templates.h"
 #include "drivers/sort_internal.h"
 
 void ss_sort_opts_defaults(ss_sort_opts *o) {
@@ -290,6 +291,28 @@ static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
   return SS_OK;
 }
 
+/* The template pass (templates.h): every spike, noise cluster included, to the unit whose template explains
+ * it best; clusters that are not units (catch-alls, small pieces) vanish. */
+static ss_status run_templates(ss_ctx *ctx, ss_sort_state *s) {
+  if (!s->o->merge || s->o->params.templates.iterations == 0) return SS_OK;
+  const ss_templates_input in = {.n = s->spikes.n,
+                                 .n_channels = s->spikes.n_channels,
+                                 .n_pcs = s->spikes.n_pcs,
+                                 .features = s->spikes.features,
+                                 .masks = s->spikes.masks,
+                                 .peak_channel = s->spikes.peak_channel,
+                                 .k = s->k,
+                                 .n_threads = s->sum->n_threads};
+  ss_templates_result r;
+  double t0 = ss_now();
+  SS_TRY(ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r));
+  ss_log_info(ctx, "sort: templates: %" PRId64 " units of %" PRId64 " clusters, %" PRId64 " spikes moved, noise %" PRId64
+              " -> %" PRId64 " spikes, %.2f s", r.n_units, r.k_in - 1, r.n_moved, r.n_noise_in, r.n_noise_out,
+              ss_now() - t0);
+  s->k = r.k_out;
+  return SS_OK;
+}
+
 /* Front end, masked EM, merge and cleanup, the final clusters' statistics, and the causal twin. */
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
@@ -299,6 +322,7 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   SS_TRY(run_mask_em(ctx, be, s));
   double t2 = ss_now();
   SS_TRY(run_merge(ctx, s));
+  SS_TRY(run_templates(ctx, s));
   SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));
   double t3 = ss_now();
   if (s->o->params.sort.live_model) SS_TRY(ss_sort_live_twin(ctx, be, src, s));

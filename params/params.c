@@ -257,6 +257,9 @@ ss_status ss_params_validate(ss_ctx *ctx, const ss_params *p) {
     ss_problem(ctx, SS_ERR_INPUT,
                "mask_em.num_starting_clusters: must not exceed mask_em.max_possible_clusters (%lld > %lld)",
                (long long)p->mask_em.num_starting_clusters, (long long)p->mask_em.max_possible_clusters);
+  if (!(p->templates.amp_min <= p->templates.amp_max))
+    ss_problem(ctx, SS_ERR_INPUT, "templates.amp_min: must not exceed templates.amp_max (%g > %g)",
+               p->templates.amp_min, p->templates.amp_max);
   return ctx->n_problems > before ? SS_ERR_INPUT : SS_OK;
 }
 

@@ -93,6 +93,13 @@ typedef struct {
     int64_t split_max_channels; /* cleanup: the split test looks at most at this many channels */
   } merge;
   struct {
+    int64_t iterations;   /* template passes after the cleanup in `sort` (0: off) */
+    double max_residual;  /* a cluster is a unit when its spikes' median residual is at most this */
+    int64_t min_spikes;   /* ... and it holds at least this many spikes */
+    double min_gain;      /* a spike joins its best unit when the gain is at least this, else noise */
+    double amp_min, amp_max; /* amplitude range of a template fit */
+  } templates;
+  struct {
     double penalty_k_log_n; /* replaces mask_em.penalty_k_log_n in `sort` only */
     int live_model;         /* also fit the causal twin of the model (model.h5 /live) */
     int64_t live_filter_order; /* the twin's causal filter: Butterworth order of each band edge */

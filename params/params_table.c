@@ -126,6 +126,24 @@ const ss_param_spec ss_param_table[] = {
         "of highest mean mask (ties: lower channel). Bounds its cost on wide probes (the test's covariance grows "
         "with the square of the features) to that of a 32-channel probe, where it looks at every channel."),
 
+    INT("templates.iterations", templates.iterations, 3, 0, 1000,
+        "Template passes after the cleanup in `sort`: each takes per-cluster median templates in noise-scaled "
+        "feature space, keeps the clusters whose spikes fit their template as units and gives every spike (noise "
+        "cluster included) to the unit that explains most of its energy (stages/templates/templates.h; "
+        "docs/accuracy.md). 0: off."),
+    NUM("templates.max_residual", templates.max_residual, 1.5, 0, INF, 0, 0,
+        "A cluster is a unit when the median residual of its spikes after the amplitude-scaled template fit, per "
+        "footprint feature in units of the noise variance, is at most this (units 0.5-0.8, catch-alls 2-200)."),
+    INT("templates.min_spikes", templates.min_spikes, 20, 1, I64_MAX,
+        "Smallest cluster the template pass keeps as a unit."),
+    NUM("templates.min_gain", templates.min_gain, 50.0, 0, INF, 0, 0,
+        "Least energy (noise-variance units) a unit's template must remove from a spike for the spike to join it; "
+        "a spike no unit reaches goes to the noise cluster."),
+    NUM("templates.amp_min", templates.amp_min, 0.75, 0, INF, 0, 0,
+        "Smallest amplitude scale of a template fit (a wider range lets a large unit's template, scaled down, take a small unit's spikes on the same channels; see docs/accuracy.md)."),
+    NUM("templates.amp_max", templates.amp_max, 1.33, 0, INF, 0, 0,
+        "Largest amplitude scale of a template fit."),
+
     NUM("sort.penalty_k_log_n", sort.penalty_k_log_n, 0.2, 0, INF, 0, 0,
         "BIC-style penalty weight of masked EM in `sort` (replaces mask_em.penalty_k_log_n, which `cluster` "
         "keeps at KlustaKwik's 1): the spike detector's masks span many channels, and each unmasked "
