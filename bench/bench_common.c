@@ -73,8 +73,7 @@ void ss_bench_device_string(const ss_backend *be, char *buf, size_t len) {
   if (be && be->kind == SS_DEVICE_CUDA)
     snprintf(buf, len, "%s (cc %d.%d, %d SMs) + %d CPU threads", be->gpu.name, be->gpu.cc_major, be->gpu.cc_minor,
              be->gpu.sm_count, ss_threads_resolve(0));
-  else
-    snprintf(buf, len, "CPU, %d threads", ss_threads_resolve(0));
+  else snprintf(buf, len, "CPU, %d threads", ss_threads_resolve(0));
 }
 
 static int cmp_double(const void *a, const void *b) {

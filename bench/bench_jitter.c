@@ -26,8 +26,8 @@
 
 enum { MAX_CASES = 8, MAX_SPINNERS = 8, MAX_CPUS = 1024 };
 static const double DEFAULT_SECONDS = 30, DEFAULT_WORK_US = 5;
-static const double OVER_MS[] = {0.25, 0.5, 1, 2};      /* absolute thresholds of a slow repetition */
-static const double OVER_MEDIAN[] = {2, 5};             /* relative thresholds (slowdown, not stall) */
+static const double OVER_MS[] = {0.25, 0.5, 1, 2}; /* absolute thresholds of a slow repetition */
+static const double OVER_MEDIAN[] = {2, 5};        /* relative thresholds (slowdown, not stall) */
 static const double QUANTILES[] = {0.5, 0.99, 0.9999};
 static const int DEFAULT_PROBE_CPU = 3;
 
@@ -213,14 +213,11 @@ int main(int argc, char **argv) {
   int n_cases = 0;
   ss_status st = SS_OK;
   for (int i = 2; i < argc && st == SS_OK; i++) {
-    if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
-      seconds = atof(argv[++i]);
-    else if (strcmp(argv[i], "--work-us") == 0 && i + 1 < argc)
-      work_us = atof(argv[++i]);
+    if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc) seconds = atof(argv[++i]);
+    else if (strcmp(argv[i], "--work-us") == 0 && i + 1 < argc) work_us = atof(argv[++i]);
     else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc && n_cases < MAX_CASES)
       st = parse_case(&ctx, argv[++i], &cases[n_cases++]);
-    else
-      st = ss_fail(&ctx, SS_ERR_USAGE, "bench_jitter: unknown or incomplete option '%s'", argv[i]);
+    else st = ss_fail(&ctx, SS_ERR_USAGE, "bench_jitter: unknown or incomplete option '%s'", argv[i]);
   }
   if (st == SS_OK && (seconds <= 0 || work_us <= 0))
     st = ss_fail(&ctx, SS_ERR_USAGE, "bench_jitter: --seconds and --work-us must be positive");

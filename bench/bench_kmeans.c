@@ -57,8 +57,7 @@ static ss_status gpu_assign_fn(void *arg) {
   return ss_kmeans_gpu_assign(r->ctx, r->g, r->init_c, r->scratch, NULL);
 }
 
-static ss_status write_npy(ss_ctx *ctx, const char *dir, const char *name, const float *x, int64_t rows,
-                           int64_t cols) {
+static ss_status write_npy(ss_ctx *ctx, const char *dir, const char *name, const float *x, int64_t rows, int64_t cols) {
   char path[PATH_MAX_LEN];
   snprintf(path, sizeof(path), "%s/%s", dir, name);
   ss_array a = {.dtype = SS_DT_F32, .ndim = 2, .shape = {rows, cols}, .data = (void *)x};
@@ -118,8 +117,7 @@ static ss_status run_case(ss_ctx *ctx, const ss_backend *gpu, const ss_backend *
     cr->inertia_cpu = rc.final_inertia;
     if (st == SS_OK && cpu_iterations == ITERATIONS)
       cr->labels_identical = memcmp(rc.labels, rg.labels, sizeof(int32_t) * (size_t)n) == 0;
-    else if (st == SS_OK) /* a shorter CPU run: compare its inertia history with the GPU's */
-      cr->labels_identical = -1;
+    else if (st == SS_OK) /* a shorter CPU run: compare its inertia history with the GPU's */ cr->labels_identical = -1;
   }
   ss_kmeans_result_free(&rg);
   ss_kmeans_result_free(&rc);
@@ -297,7 +295,8 @@ int main(int argc, char **argv) {
   printf("published case: gpu %.3f ms (torch %.3f ms, sklearn %.1f ms), cpu %.1f ms, labels cpu == gpu: %d\n",
          pub.gpu_ms, peer_number(peers, "published", "torch_ms"), peer_number(peers, "published", "sklearn_ms"),
          pub.cpu_ms_per_pass * (double)pub.cpu_passes, pub.labels_identical);
-  printf("published pass: assign %.4f, partial %.4f, update %.4f ms (fused %d); large pass: %.4f, %.4f, %.4f ms (fused %d)\n",
+  printf("published pass: assign %.4f, partial %.4f, update %.4f ms (fused %d); large pass: %.4f, %.4f, %.4f ms (fused "
+         "%d)\n",
          pub.prof.assign_ms, pub.prof.partial_ms, pub.prof.update_ms, pub.prof.fused, large.prof.assign_ms,
          large.prof.partial_ms, large.prof.update_ms, large.prof.fused);
   printf("large case: gpu %.3f ms (torch %.3f ms, sklearn %.1f ms)\n", large.gpu_ms,

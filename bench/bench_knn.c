@@ -81,9 +81,7 @@ static double time_search(ss_ctx *ctx, ss_knn_index *ix, const float *q, int64_t
   return st == SS_OK ? t : NAN;
 }
 
-static const char *path_name(int path) {
-  return path == SS_KNN_PATH_FUSED ? "fused" : "tiled";
-}
+static const char *path_name(int path) { return path == SS_KNN_PATH_FUSED ? "fused" : "tiled"; }
 
 static void add_stats(cJSON *c, const ss_knn_stats *s) {
   cJSON_AddStringToObject(c, "path", path_name(s->path));
@@ -118,8 +116,8 @@ static double device_timings(cJSON *c, ss_ctx *ctx, ss_knn_index *ix, const floa
     ss_knn_opts_from_params(&o, &p);
     o.k = k;
     enum { T_AUTO, T_FUSED, T_TILED, T_GEMM, T_GEMM_GRAPH, T_COUNT };
-    static const char *const keys[T_COUNT] = {"device_s", "fused_device_s", "tiled_device_s",
-                                              "gemm_device_s", "gemm_graph_device_s"};
+    static const char *const keys[T_COUNT] = {"device_s", "fused_device_s", "tiled_device_s", "gemm_device_s",
+                                              "gemm_graph_device_s"};
     const int paths[T_COUNT] = {SS_KNN_PATH_AUTO, SS_KNN_PATH_FUSED, SS_KNN_PATH_GEMM, SS_KNN_PATH_GEMM,
                                 SS_KNN_PATH_GEMM};
     const int gemm_only[T_COUNT] = {0, 0, 0, 1, SS_KNN_GEMM_ONLY_GRAPH};
@@ -160,22 +158,22 @@ typedef struct {
   const char *group, *key, *label;
   int64_t dims[2], values[3];
   int min_log2;
-  int path;       /* ss_knn_path forced while sweeping */
-  int knob;       /* KNOB_*: the ss_knn_opts field swept */
+  int path; /* ss_knn_path forced while sweeping */
+  int knob; /* KNOB_*: the ss_knn_opts field swept */
 } knob_sweep;
 
 enum { KNOB_WARP_CHUNK = 0, KNOB_QUERY_TILE };
 
 /* References per warp of the one-tile selection-and-finish kernel (ss_knn_opts.warp_chunk), on the tiled path. */
-static const knob_sweep CHUNK_SWEEP = {"chunks", "device_s_chunk", "chunk", {32, 128}, {1024, 4096, 8192},
-                                       CHUNK_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_WARP_CHUNK};
+static const knob_sweep CHUNK_SWEEP = {"chunks",           "device_s_chunk",     "chunk",          {32, 128},
+                                       {1024, 4096, 8192}, CHUNK_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_WARP_CHUNK};
 /* Queries per distance tile on the tiled path (ss_knn_opts.query_tile), --qtile-sweep: a tile of 1,200 x n
  * floats leaves L2 for DRAM at large n; 128 or 256 queries at a time keep it there. */
-static const knob_sweep QTILE_SWEEP = {"query_tiles", "device_s_qtile", "query tile", {32, 128}, {4096, 256, 128},
-                                       QTILE_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_QUERY_TILE};
+static const knob_sweep QTILE_SWEEP = {"query_tiles",    "device_s_qtile",     "query tile",     {32, 128},
+                                       {4096, 256, 128}, QTILE_SWEEP_MIN_LOG2, SS_KNN_PATH_GEMM, KNOB_QUERY_TILE};
 
-static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const knob_sweep *ks, int64_t n,
-                       int64_t d, const float *dq, int32_t *di, double *dd, uint8_t *dc) {
+static void sweep_case(ss_bench_doc *doc, ss_ctx *ctx, ss_knn_index *ix, const knob_sweep *ks, int64_t n, int64_t d,
+                       const float *dq, int32_t *di, double *dd, uint8_t *dc) {
   const int64_t m = GRID_QUERIES, k = GRID_K;
   char name[128];
   snprintf(name, sizeof(name), "%s_m%lld_n%lld_d%lld_k%lld", ks->group, (long long)m, (long long)n, (long long)d,
@@ -338,8 +336,8 @@ int main(int argc, char **argv) {
   int top = quick ? 11 : 15;
   for (int di = 0; di < 4 && quick >= 0 && !sweeps_only; di++)
     for (int e = 10; e <= top; e++) {
-      double r = bench_case(&doc, &ctx, g, with_cpu ? &cpu : NULL, "grid", quick ? 200 : GRID_QUERIES,
-                            (int64_t)1 << e, dims[di], GRID_K, 5, GRID_DEVICE_REPEATS);
+      double r = bench_case(&doc, &ctx, g, with_cpu ? &cpu : NULL, "grid", quick ? 200 : GRID_QUERIES, (int64_t)1 << e,
+                            dims[di], GRID_K, 5, GRID_DEVICE_REPEATS);
       if (GRID_K <= 32 && r > max_ratio) max_ratio = r;
       if (r == r) grid_ratios[n_grid++] = r;
     }

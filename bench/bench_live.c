@@ -64,9 +64,9 @@
 
 #define MAX_CHANNEL_COUNTS 8
 #define PROBE_32 SS_SOURCE_DIR "/params/probes/two_column_32.json"
-#define PITCH_UM 10.0          /* generated probes: two columns 20 µm apart, a contact every 10 µm in y */
+#define PITCH_UM 10.0 /* generated probes: two columns 20 µm apart, a contact every 10 µm in y */
 #define COLUMN_UM 20.0
-#define UNITS_PER_32 20        /* simulated units per 32 channels */
+#define UNITS_PER_32 20 /* simulated units per 32 channels */
 #define ADJACENCY_RADIUS_UM 40.0
 #define RATE 30000.0
 #define UV_PER_STEP 0.195
@@ -82,7 +82,8 @@
 #define MAX_WORKERS SS_LIVE_MAX_WORKERS
 /* what a --replicas case does not measure: R engines push every block, so one engine's busy time and
  * per-push phases would describe a replica whose results may have been dropped */
-#define UNTRACED_NOTE "off (replicas: the runner counts blocks, overruns and latencies; no engine phases, busy time or idle gaps)"
+#define UNTRACED_NOTE \
+  "off (replicas: the runner counts blocks, overruns and latencies; no engine phases, busy time or idle gaps)"
 
 typedef struct {
   int channels;
@@ -114,12 +115,12 @@ typedef struct {
   int spin_sender;         /* --sender spin: the sender spins until a block is due instead of sleeping */
   int pins[MAX_WORKERS];   /* --pin CPU[,CPU...]: worker i pinned to pins[i] */
   int n_pins;
-  int workers;             /* --workers N: pushing threads taking turns (ss_live_workers_run; --reader spin) */
-  int replicas;            /* --replicas R: engines pushing every block (ss_live_replicas_run; --reader spin) */
+  int workers;  /* --workers N: pushing threads taking turns (ss_live_workers_run; --reader spin) */
+  int replicas; /* --replicas R: engines pushing every block (ss_live_replicas_run; --reader spin) */
   char pin_note[160];
   int sender_pins[MAX_WORKERS]; /* --sender-pin CPU[,CPU...]: sending thread i pinned to sender_pins[i] */
   int n_sender_pins;
-  int sender_workers;      /* --sender-workers N: sending threads taking turns (with --sender spin) */
+  int sender_workers; /* --sender-workers N: sending threads taking turns (with --sender spin) */
 } bench_args;
 
 static int cmp_double(const void *a, const void *b) {
@@ -191,8 +192,7 @@ static ss_status make_workload(ss_ctx *ctx, const bench_args *a, workload *w) {
   double t0 = ss_now();
   SS_TRY(ss_sort_run(ctx, &o, &sum));
   fprintf(stderr, "bench_live: %d channels: sorted %.0f s in %.1f s: %lld spikes, %lld clusters\n", w->C, a->seconds,
-          ss_now() - t0,
-          (long long)sum.n_spikes, (long long)sum.n_clusters);
+          ss_now() - t0, (long long)sum.n_spikes, (long long)sum.n_clusters);
   ss_sort_summary_free(&sum);
   char model[4200];
   snprintf(model, sizeof(model), "%s/model.h5", w->dir);
@@ -213,14 +213,14 @@ typedef struct {
   const workload *w;
   const char *uri;
   int64_t block_rows;
-  int64_t total_rows; /* rows sent: the recording looped when longer */
-  double speed;       /* schedule: × real time */
-  int spin;           /* --sender spin */
-  int workers;        /* --sender-workers: sending threads taking turns (with --sender spin) */
-  const int *cpus;    /* --sender-pin: per sending thread a CPU, or NULL */
-  int16_t *tmp;       /* a block that wraps around the recording's end */
-  double *t_send;   /* per block: just before its write */
-  double *t_written; /* per block: when its write returned */
+  int64_t total_rows;        /* rows sent: the recording looped when longer */
+  double speed;              /* schedule: × real time */
+  int spin;                  /* --sender spin */
+  int workers;               /* --sender-workers: sending threads taking turns (with --sender spin) */
+  const int *cpus;           /* --sender-pin: per sending thread a CPU, or NULL */
+  int16_t *tmp;              /* a block that wraps around the recording's end */
+  double *t_send;            /* per block: just before its write */
+  double *t_written;         /* per block: when its write returned */
   atomic_llong rows_written; /* rows whose write returned */
   ss_link *l;
   double t0;
@@ -406,7 +406,6 @@ static void steal_since(push_log *g, const double *before, int n) {
     if (now[i] - before[i] > g->steal_max_cpu_s) g->steal_max_cpu_s = now[i] - before[i];
 }
 
-
 /* Arrival of a read whose first row is row `first` of the replay: the send time of that row's block.
  * The read's own time would hide how long the data waited in the socket while the engine was busy
  * (inline and spin reads happen only between pushes), which `spikestream live` sees through its reader
@@ -453,8 +452,12 @@ static void paced_pushed(void *user, const ss_live_engine *e, const ss_live_run_
   if (tr.behind_s > p->block_s) {
     double busy_until = p->prev_end < t1 ? p->prev_end : t1;
     int64_t b = pp->first_row / snd->block_rows;
-    overrun_note on = {p->index, tr.behind_s, busy_until > arr ? busy_until - arr : 0, read_wait > 0 ? read_wait : 0,
-                       t1 - pp->t_read, res->log.pushes > 1 ? res->prev_push_s : 0,
+    overrun_note on = {p->index,
+                       tr.behind_s,
+                       busy_until > arr ? busy_until - arr : 0,
+                       read_wait > 0 ? read_wait : 0,
+                       t1 - pp->t_read,
+                       res->log.pushes > 1 ? res->prev_push_s : 0,
                        snd->t_written[b] > snd->t_send[b] ? snd->t_written[b] - snd->t_send[b] : 0};
     log_overrun(&res->log, &on, p->block_s);
   }
@@ -486,8 +489,8 @@ static void paced_opts(const ss_backend *be, const bench_args *a, const workload
   o->hooks = (ss_live_run_hooks){paced_arrival, a->replicas ? NULL : paced_pushed, paced_emit, pl};
 }
 
-static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, const workload *w,
-                           const bench_case *bc, run_result *res) {
+static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, const workload *w, const bench_case *bc,
+                           run_result *res) {
   const double block_ms = bc->block_ms, seconds = bc->seconds;
   char path[4200], listen_uri[4300], connect_uri[4300];
   snprintf(path, sizeof(path), "%s/bench_live_%d.sock", a->tmpdir, (int)getpid());
@@ -535,8 +538,8 @@ static ss_status paced_run(ss_ctx *ctx, const ss_backend *be, bench_args *a, con
 }
 
 /* The recording's first `seconds` (all of it when 0 or longer) pushed as fast as possible. */
-static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w,
-                             double block_ms, run_result *res) {
+static ss_status unpaced_run(ss_ctx *ctx, const ss_backend *be, const bench_args *a, const workload *w, double block_ms,
+                             run_result *res) {
   ss_live_opts o;
   ss_live_opts_defaults(&o);
   o.gpu_wait = a->gpu_wait;
@@ -652,26 +655,25 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         return fprintf(stderr, "bench_live: --replicas %s: expected 1..%d\n", v, SS_LIVE_MAX_REPLICAS), 2;
     } else if (strcmp(argv[i], "--workers") == 0 || strcmp(argv[i], "--sender-workers") == 0) {
       int n = atoi(v);
-      if (n < 1 || n > MAX_WORKERS) return fprintf(stderr, "bench_live: %s %s: expected 1..%d\n", argv[i], v, MAX_WORKERS), 2;
+      if (n < 1 || n > MAX_WORKERS)
+        return fprintf(stderr, "bench_live: %s %s: expected 1..%d\n", argv[i], v, MAX_WORKERS), 2;
       *(strcmp(argv[i], "--workers") == 0 ? &a->workers : &a->sender_workers) = n;
-    }
-    else if (strcmp(argv[i], "--sender") == 0) {
-      if (strcmp(v, "spin") && strcmp(v, "sleep")) return fprintf(stderr, "bench_live: --sender %s: expected spin or sleep\n", v), 2;
+    } else if (strcmp(argv[i], "--sender") == 0) {
+      if (strcmp(v, "spin") && strcmp(v, "sleep"))
+        return fprintf(stderr, "bench_live: --sender %s: expected spin or sleep\n", v), 2;
       a->spin_sender = strcmp(v, "spin") == 0;
-    }
-    else if (strcmp(argv[i], "--reader") == 0) {
-      if (strcmp(v, "spin") && strcmp(v, "block")) return fprintf(stderr, "bench_live: --reader %s: expected spin or block\n", v), 2;
+    } else if (strcmp(argv[i], "--reader") == 0) {
+      if (strcmp(v, "spin") && strcmp(v, "block"))
+        return fprintf(stderr, "bench_live: --reader %s: expected spin or block\n", v), 2;
       a->spin_reader = strcmp(v, "spin") == 0;
-    }
-    else if (strcmp(argv[i], "--realtime") == 0) {
+    } else if (strcmp(argv[i], "--realtime") == 0) {
       a->realtime = 1;
       a->realtime_priority = atoi(v);
-    }
-    else if (strcmp(argv[i], "--gpu-wait") == 0) {
-      if (strcmp(v, "spin") && strcmp(v, "sync")) return fprintf(stderr, "bench_live: --gpu-wait %s: expected spin or sync\n", v), 2;
+    } else if (strcmp(argv[i], "--gpu-wait") == 0) {
+      if (strcmp(v, "spin") && strcmp(v, "sync"))
+        return fprintf(stderr, "bench_live: --gpu-wait %s: expected spin or sync\n", v), 2;
       a->gpu_wait = strcmp(v, "spin") == 0 ? SS_LIVE_WAIT_SPIN : SS_LIVE_WAIT_SYNC;
-    }
-    else if (strcmp(argv[i], "--sort-device") == 0) {
+    } else if (strcmp(argv[i], "--sort-device") == 0) {
       if (!parse_device(v, &a->sort_device)) return fprintf(stderr, "bench_live: --sort-device %s\n", v), 2;
     } else if (strcmp(argv[i], "--device") == 0) {
       a->n_devices = 0;
@@ -697,9 +699,11 @@ static int parse_args(int argc, char **argv, bench_args *a) {
   if (!(a->speed > 0)) return fprintf(stderr, "bench_live: --speed: expected > 0\n"), 2;
   if (!(a->unpaced_seconds >= 0)) return fprintf(stderr, "bench_live: --unpaced-seconds: expected >= 0\n"), 2;
   for (int i = 0; i < a->n_channel_counts; i++)
-    if (a->channels[i] < 2 || a->channels[i] % 2) return fprintf(stderr, "bench_live: --channels: expected even counts >= 2\n"), 2;
+    if (a->channels[i] < 2 || a->channels[i] % 2)
+      return fprintf(stderr, "bench_live: --channels: expected even counts >= 2\n"), 2;
   if (cases) {
-    if (!parse_cases(cases, a)) return fprintf(stderr, "bench_live: --cases %s: expected C:B:cpu|cuda[:S],...\n", cases), 2;
+    if (!parse_cases(cases, a))
+      return fprintf(stderr, "bench_live: --cases %s: expected C:B:cpu|cuda[:S],...\n", cases), 2;
   } else {
     for (int ci = 0; ci < a->n_channel_counts; ci++)
       for (int d = 0; d < a->n_devices; d++)
@@ -787,32 +791,37 @@ static void print_breakdown(const push_log *g, int traced) {
     printf(" %s %.3f/%.3f", ss_live_phase_name(p), g->pushes ? 1e3 * g->phase_sum[p] / (double)g->pushes : 0,
            1e3 * g->phase_max[p]);
   printf("; %lld detecting, %lld with setup, %lld preempted, %lld blocked; off-CPU in pushes %.1f ms (max %.2f); steal "
-         "%.1f ms (all CPUs; max one CPU %.1f); read wait max %.2f ms; idle gaps max %.2f ms, %lld over a block; overruns: %lld engine busy, %lld reader, %lld "
+         "%.1f ms (all CPUs; max one CPU %.1f); read wait max %.2f ms; idle gaps max %.2f ms, %lld over a block; "
+         "overruns: %lld engine busy, %lld reader, %lld "
          "sender\n",
          (long long)g->detecting, (long long)g->with_setup, (long long)g->preempted, (long long)g->blocked,
          1e3 * g->offcpu_sum_s, 1e3 * g->offcpu_max_s, 1e3 * g->steal_s, 1e3 * g->steal_max_cpu_s,
-         1e3 * g->read_wait_max_s, 1e3 * g->idle_gap_max_s, (long long)g->idle_stalls, (long long)g->overruns_busy, (long long)g->overruns_reader,
-         (long long)g->overruns_sender);
+         1e3 * g->read_wait_max_s, 1e3 * g->idle_gap_max_s, (long long)g->idle_stalls, (long long)g->overruns_busy,
+         (long long)g->overruns_reader, (long long)g->overruns_sender);
   for (int i = 0; i < g->n_slowest && i < 3; i++) {
     const ss_live_push_trace *t = &g->slowest[i];
-    printf("    slow push %d: %.3f ms (cpu %.3f, %lld preemptions, %lld blocks), %lld rows, buffer %lld, found %lld, setups %d:",
+    printf("    slow push %d: %.3f ms (cpu %.3f, %lld preemptions, %lld blocks), %lld rows, buffer %lld, found %lld, "
+           "setups %d:",
            i + 1, 1e3 * t->total_s, 1e3 * t->cpu_s, (long long)t->involuntary_switches,
-           (long long)t->voluntary_switches, (long long)t->rows,
-           (long long)t->buffer_rows, (long long)t->found, t->setups);
+           (long long)t->voluntary_switches, (long long)t->rows, (long long)t->buffer_rows, (long long)t->found,
+           t->setups);
     for (int p = 0; p < SS_LIVE_PHASES; p++)
       if (t->phase_s[p] > 0) printf(" %s %.3f", ss_live_phase_name(p), 1e3 * t->phase_s[p]);
     printf("\n");
   }
   for (int i = 0; i < g->n_worst && i < 3; i++) {
     const overrun_note *n = &g->worst[i];
-    printf("    overrun %d: push %lld %.3f ms behind: engine busy %.3f, read wait %.3f (sender's write %.3f), read to push "
+    printf("    overrun %d: push %lld %.3f ms behind: engine busy %.3f, read wait %.3f (sender's write %.3f), read to "
+           "push "
            "%.3f, previous push %.3f ms\n",
            i + 1, (long long)n->push, 1e3 * n->behind_s, 1e3 * n->engine_busy_s, 1e3 * n->read_wait_s, 1e3 * n->write_s,
            1e3 * n->gap_s, 1e3 * n->prev_push_s);
   }
 }
 
-static double per_push(int64_t count, const ss_live_stats *s) { return s->blocks ? (double)count / (double)s->blocks : 0; }
+static double per_push(int64_t count, const ss_live_stats *s) {
+  return s->blocks ? (double)count / (double)s->blocks : 0;
+}
 
 static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, const bench_case *bc,
                      const run_result *p, const run_result *u) {
@@ -841,7 +850,8 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
     cJSON *sp = cJSON_AddArrayToObject(c, "sender_cpus");
     for (int i = 0; i < a->n_sender_pins; i++) cJSON_AddItemToArray(sp, cJSON_CreateNumber(a->sender_pins[i]));
   }
-  if (bc->device == SS_DEVICE_CUDA) cJSON_AddStringToObject(c, "gpu_wait", a->gpu_wait == SS_LIVE_WAIT_SPIN ? "spin" : "sync");
+  if (bc->device == SS_DEVICE_CUDA)
+    cJSON_AddStringToObject(c, "gpu_wait", a->gpu_wait == SS_LIVE_WAIT_SPIN ? "spin" : "sync");
   cJSON_AddNumberToObject(c, "units", (double)w->model.k);
   cJSON_AddNumberToObject(c, "spikes", (double)p->stats.spikes);
   cJSON_AddNumberToObject(c, "blocks", (double)p->stats.blocks);
@@ -873,11 +883,10 @@ static void add_case(ss_bench_doc *doc, const bench_args *a, const workload *w, 
          "longer than a block (longest %.2f ms); busy %s; "
          "%.2f detections and %.2f device waits per push; unpaced %.1fx real time (%lld spikes in %g s, %lld paced)\n",
          w->C, block_ms, device_tag(bc->device), bc->seconds, bc->speed, p->wall_s,
-         1e-3 * ss_live_stats_percentile_us(&p->stats, 50),
-         1e-3 * ss_live_stats_percentile_us(&p->stats, 99), 1e-3 * p->stats.latency_max_us, 1e-3 * p->e2e_p50_us,
-         1e-3 * p->e2e_p99_us, (long long)p->stats.overruns, (long long)p->stats.blocks, 1e3 * p->stats.max_behind_s,
-         (long long)p->stats.slow_pushes, 1e3 * p->stats.max_push_s,
-         busy, per_push(p->stats.detections, &p->stats),
+         1e-3 * ss_live_stats_percentile_us(&p->stats, 50), 1e-3 * ss_live_stats_percentile_us(&p->stats, 99),
+         1e-3 * p->stats.latency_max_us, 1e-3 * p->e2e_p50_us, 1e-3 * p->e2e_p99_us, (long long)p->stats.overruns,
+         (long long)p->stats.blocks, 1e3 * p->stats.max_behind_s, (long long)p->stats.slow_pushes,
+         1e3 * p->stats.max_push_s, busy, per_push(p->stats.detections, &p->stats),
          per_push(p->stats.device_waits, &p->stats), seconds / u->wall_s, (long long)u->stats.spikes, seconds,
          (long long)p->stats.spikes);
   print_breakdown(&p->log, !a->replicas);

@@ -25,8 +25,8 @@
 #define MAX_SIZES 8
 #define DEFAULT_OUT "bench/results/mask_em.json"
 #define N_1E5 100000
-#define BIG_K0 100     /* clusters (noise included) of the per-iteration state */
-#define GPU_REPS 3     /* GPU per-iteration repeats (median) */
+#define BIG_K0 100 /* clusters (noise included) of the per-iteration state */
+#define GPU_REPS 3 /* GPU per-iteration repeats (median) */
 
 typedef struct {
   double seconds, per_iteration_s, merged_ari;
@@ -190,8 +190,9 @@ static ss_status bench_iteration(ss_ctx *ctx, ss_bench_doc *doc, const ss_backen
     cJSON_AddNumberToObject(c, "speedup_vs_cpuall", ta / pr.total_s);
     ss_bench_summary_number(doc, "gpu_vs_cpu1_speedup_n1e6", t1 / pr.total_s);
     ss_bench_summary_number(doc, "gpu_vs_cpuall_speedup_n1e6", ta / pr.total_s);
-    ss_log_info(ctx, "bench: iteration N %lld K %lld: CPU 1 thread %.3f s, %d threads %.3f s, GPU %.4f s (M %.4f, "
-                     "factor %.4f, GEMM %.4f, block %.4f, select %.4f, C %.4f, deletion %.4f, score %.4f)",
+    ss_log_info(ctx,
+                "bench: iteration N %lld K %lld: CPU 1 thread %.3f s, %d threads %.3f s, GPU %.4f s (M %.4f, "
+                "factor %.4f, GEMM %.4f, block %.4f, select %.4f, C %.4f, deletion %.4f, score %.4f)",
                 (long long)n, (long long)k, t1, all, ta, pr.total_s, pr.mstep_s, pr.chol_s, pr.gemm_s, pr.block_s,
                 pr.select_s, pr.cstep_s, pr.delete_s, pr.score_s);
   }
@@ -261,7 +262,8 @@ int main(int argc, char **argv) {
   ss_bench_device_string(&gpu, device, sizeof(device));
   ss_bench_doc doc;
   s = ss_bench_doc_init(&ctx, &doc, "mask_em", device);
-  for (int i = 0; s == SS_OK && !only_full && i < n_sizes; i++) s = bench_size(&ctx, &doc, &cpu1, &cpua, &gpu, sizes[i]);
+  for (int i = 0; s == SS_OK && !only_full && i < n_sizes; i++)
+    s = bench_size(&ctx, &doc, &cpu1, &cpua, &gpu, sizes[i]);
   if (s == SS_OK && !only_full && big > 0) s = bench_iteration(&ctx, &doc, &gpu, cpua.n_threads, big);
   if (s == SS_OK && (full || only_full) && big > 0) s = bench_full(&ctx, &doc, &gpu, big);
   if (s == SS_OK) s = ss_bench_doc_write(&ctx, &doc, out);

@@ -62,11 +62,11 @@ static ss_status run_case(ss_ctx *ctx, const float *x, const float *m, const int
   cJSON_AddNumberToObject(c, "score", r.score);
   cJSON_AddNumberToObject(c, "ari", rs->ari);
   cJSON_AddNumberToObject(c, "merged_ari", rs->merged_ari);
-  ss_log_info(ctx, "bench: N %lld, %d thread(s): %.2f s, %lld iterations (%.4f s per full iteration), %lld clusters, "
-                   "E %.0f%% M %.0f%% splits %.0f%%, ARI %.4f, merged ARI %.4f",
+  ss_log_info(ctx,
+              "bench: N %lld, %d thread(s): %.2f s, %lld iterations (%.4f s per full iteration), %lld clusters, "
+              "E %.0f%% M %.0f%% splits %.0f%%, ARI %.4f, merged ARI %.4f",
               (long long)n, threads, total, (long long)r.n_iterations, rs->per_iteration_s, (long long)r.n_clusters,
-              100 * r.t_estep_s / total, 100 * r.t_mstep_s / total, 100 * r.t_split_s / total, rs->ari,
-              rs->merged_ari);
+              100 * r.t_estep_s / total, 100 * r.t_mstep_s / total, 100 * r.t_split_s / total, rs->ari, rs->merged_ari);
   *labels = r.labels;
   r.labels = NULL;
   ss_mask_em_result_free(&r);

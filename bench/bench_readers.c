@@ -20,8 +20,8 @@
 
 #define CHANNELS 32
 #define RATE 30000
-#define CHUNK RATE      /* one second */
-#define MARGIN 1000     /* samples each side, as a filter would ask */
+#define CHUNK RATE  /* one second */
+#define MARGIN 1000 /* samples each side, as a filter would ask */
 #define REPEATS 5
 #define DEFAULT_MINUTES 5.0
 
@@ -50,7 +50,8 @@ static ss_status one_pass(void *p) {
   for (int64_t i = 0; st == SS_OK && i < ss_source_n_chunks(src); i++) {
     ss_chunk ch;
     st = ss_source_chunk(&a->ctx, src, i, &ch);
-    if (st == SS_OK) a->checksum += ch.data[(int64_t)ch.left * CHANNELS] + ch.data[(ch.left + ch.n - 1) * CHANNELS + 31];
+    if (st == SS_OK)
+      a->checksum += ch.data[(int64_t)ch.left * CHANNELS] + ch.data[(ch.left + ch.n - 1) * CHANNELS + 31];
   }
   ss_source_close(src);
   return st;
@@ -137,7 +138,8 @@ int main(int argc, char **argv) {
   ss_status st = ss_bench_doc_init(&ctx, &doc, "readers", device);
   double t0 = ss_now(), f_nwb = 0, f_bin = 0;
   if (st == SS_OK) st = make_files(&ctx, nwb, bin, seconds);
-  if (st == SS_OK) printf("wrote %lld s of %d channels as NWB and binary in %.1f s\n", (long long)seconds, CHANNELS, ss_now() - t0);
+  if (st == SS_OK)
+    printf("wrote %lld s of %d channels as NWB and binary in %.1f s\n", (long long)seconds, CHANNELS, ss_now() - t0);
   ss_source_spec s_nwb = {.path = nwb}, s_bin = {.path = bin, .n_channels = CHANNELS, .rate_hz = RATE};
   if (st == SS_OK) st = measure(&ctx, &doc, "nwb", &s_nwb, (double)seconds, &f_nwb);
   if (st == SS_OK) st = measure(&ctx, &doc, "binary", &s_bin, (double)seconds, &f_bin);

@@ -159,8 +159,8 @@ static ss_status evaluate(ss_ctx *ctx, const char *res_path, const char *gt_path
   }
   double recall = n_big ? (double)found / n_big : NAN, fp = nd ? (double)false_det / nd : NAN;
   double recall11 = n_big ? (double)found11 / n_big : NAN, fp11 = nd ? 1.0 - (double)matched_det / nd : NAN;
-  printf("%s vs %s: %lld detections, %lld ground-truth spikes (%lld of %d units with SNR > %g)\n", res_path,
-         gt_path, (long long)nd, (long long)ng, (long long)n_big, units_big, SNR_MIN);
+  printf("%s vs %s: %lld detections, %lld ground-truth spikes (%lld of %d units with SNR > %g)\n", res_path, gt_path,
+         (long long)nd, (long long)ng, (long long)n_big, units_big, SNR_MIN);
   printf("  recall (SNR > %g) %.4f, unmatched detections %.4f; one-to-one: recall %.4f, unmatched %.4f\n", SNR_MIN,
          recall, fp, recall11, fp11);
   cJSON_AddStringToObject(cs, "results", res_path);

@@ -56,16 +56,22 @@ typedef int (*ss_cli_option_fn)(int opt, const char *arg, void *user);
 /* Parse argv: the common options are handled here, `opts` (terminated by a zero row; may be NULL)
  * go to fn; an option whose `val` is a letter or digit also has that short form (-o FILE). Returns -1 when the command should go on, with positional arguments at
  * argv[*first_arg .. argc), or the exit code to return (help: 0, usage error: 2). */
-int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage,
-                 ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg);
+int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage, ss_ctx *ctx,
+                 ss_cli_option_fn fn, void *user, int *first_arg);
 
 /* --- shared option groups and helpers (cli/cli_util.c) ---------------------------------------- */
 
 /* Options that describe how to open a recording (io/source.h), shared by every command that reads
  * one. Their values lie outside the letters, so they have no short forms. */
 enum {
-  SS_CLI_OPT_SERIES = 0x2001, SS_CLI_OPT_DATASET, SS_CLI_OPT_RATE, SS_CLI_OPT_LAYOUT, SS_CLI_OPT_CHANNELS,
-  SS_CLI_OPT_OFFSET, SS_CLI_OPT_UV_PER_STEP, SS_CLI_OPT_FORMAT
+  SS_CLI_OPT_SERIES = 0x2001,
+  SS_CLI_OPT_DATASET,
+  SS_CLI_OPT_RATE,
+  SS_CLI_OPT_LAYOUT,
+  SS_CLI_OPT_CHANNELS,
+  SS_CLI_OPT_OFFSET,
+  SS_CLI_OPT_UV_PER_STEP,
+  SS_CLI_OPT_FORMAT
 };
 /* clang-format off */
 #define SS_CLI_SOURCE_LONGOPTS                                       \
@@ -100,7 +106,6 @@ int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min,
 int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int64_t *out);
 /* Parse --device (auto|cpu|cuda) into *out: 0, or exit code 2 after printing one line. */
 int ss_cli_device(const char *cmd, const char *arg, ss_ctx *ctx, ss_device_kind *out);
-
 
 /* Print a usage problem ("spikestream CMD: ..." plus a hint) and return 2. */
 int ss_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -27,8 +27,8 @@ int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t mi
   }
   if (max == INT64_MAX)
     return ss_cli_usage_error(cmd, "--%s: expected an integer >= %" PRId64 ", got \"%s\"", opt, min, arg);
-  return ss_cli_usage_error(cmd, "--%s: expected an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"", opt, min,
-                            max, arg);
+  return ss_cli_usage_error(cmd, "--%s: expected an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"", opt, min, max,
+                            arg);
 }
 
 int ss_cli_device(const char *cmd, const char *arg, ss_ctx *ctx, ss_device_kind *out) {
@@ -61,5 +61,3 @@ int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_sp
     default: return -1;
   }
 }
-
-

@@ -37,7 +37,8 @@ static const char usage[] =
     "                         text files; MASK has one column per feature, or one per channel (repeated\n"
     "                         over the channel's FET/MASK columns)\n"
     "KlustaKwik flags: -MaskStarts N -MaxPossibleClusters N -PenaltyK X -PenaltyKLogN X -SplitFirst N\n"
-    "  -SplitEvery N -UseDistributional 1 -MaxIter N -RandomSeed N -DropLastNFeatures N\n\noptions:\n" SS_CLI_COMMON_HELP;
+    "  -SplitEvery N -UseDistributional 1 -MaxIter N -RandomSeed N -DropLastNFeatures "
+    "N\n\noptions:\n" SS_CLI_COMMON_HELP;
 
 #define KEY_LEN 128
 
@@ -71,7 +72,8 @@ static const struct {
 
 /* path_len < 0: the whole string. */
 static int add_setting(cluster_args *a, const char *path, int path_len, const char *value, const char *option) {
-  if (a->n_set == MAX_SETTINGS) return ss_cli_usage_error(CMD, "too many parameter settings (at most %d)", MAX_SETTINGS);
+  if (a->n_set == MAX_SETTINGS)
+    return ss_cli_usage_error(CMD, "too many parameter settings (at most %d)", MAX_SETTINGS);
   setting *s = &a->set[a->n_set++];
   snprintf(s->path, sizeof(s->path), "%.*s", path_len < 0 ? KEY_LEN - 1 : path_len, path);
   s->value = value;
@@ -116,15 +118,18 @@ static int on_option(int opt, const char *arg, cluster_args *a, ss_ctx *ctx, int
       const char *eq = strchr(arg, '=');
       if (!eq || eq == arg) return ss_cli_usage_error(CMD, "--param: expected KEY=VALUE, got \"%s\"", arg);
       int len = (int)(eq - arg), dotted = memchr(arg, '.', (size_t)len) != NULL;
-      if (dotted || (len == 4 && strncmp(arg, "seed", 4) == 0)) return add_setting(a, arg, len, eq + 1, SS_PARAMS_OPTION);
+      if (dotted || (len == 4 && strncmp(arg, "seed", 4) == 0))
+        return add_setting(a, arg, len, eq + 1, SS_PARAMS_OPTION);
       char key[KEY_LEN]; /* a bare name is a mask_em parameter */
       snprintf(key, sizeof(key), "mask_em.%.*s", len, arg);
       return add_setting(a, key, -1, eq + 1, SS_PARAMS_OPTION);
     }
     case 'P': a->params = arg; return 0;
-    case 't': if (!parse_int("--threads", arg, 1, &v)) return 2; a->threads = (int)v; return 0;
-    case 'd':
-      return ss_cli_device(CMD, arg, ctx, &a->device);
+    case 't':
+      if (!parse_int("--threads", arg, 1, &v)) return 2;
+      a->threads = (int)v;
+      return 0;
+    case 'd': return ss_cli_device(CMD, arg, ctx, &a->device);
     case 's': a->start = arg; return 0;
     case 'S': return parse_int("--seed", arg, 0, &a->seed) ? 0 : 2;
     case 'n':
@@ -173,7 +178,8 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, cluster_args *a) {
 static ss_status resolve_params(ss_ctx *ctx, const cluster_args *a, ss_params *p) {
   ss_params_defaults(p);
   if (a->params) SS_TRY(ss_params_load_file(ctx, a->params, p));
-  for (int i = 0; i < a->n_set; i++) SS_TRY(ss_params_set_named(ctx, p, a->set[i].path, a->set[i].value, a->set[i].option));
+  for (int i = 0; i < a->n_set; i++)
+    SS_TRY(ss_params_set_named(ctx, p, a->set[i].path, a->set[i].value, a->set[i].option));
   if (a->seed >= 0) p->seed = a->seed;
   if (a->start && strncmp(a->start, "clu:", 4) == 0) p->mask_em.start = SS_EM_START_CLU;
   else if (a->start) SS_TRY(ss_params_set_named(ctx, p, "mask_em.start", a->start, "--start"));
@@ -185,11 +191,14 @@ static ss_status resolve_params(ss_ctx *ctx, const cluster_args *a, ss_params *p
 /* Masks with one column per channel are repeated over the channel's features. */
 static ss_status expand_masks(ss_ctx *ctx, const char *path, const ss_matrix *fet, ss_matrix *mask) {
   if (mask->rows != fet->rows)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: %" PRId64 " rows, but the features have %" PRId64, path, mask->rows, fet->rows);
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %" PRId64 " rows, but the features have %" PRId64, path, mask->rows,
+                   fet->rows);
   if (mask->cols == fet->cols) return SS_OK;
   if (mask->cols == 0 || fet->cols % mask->cols != 0)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: %" PRId64 " columns: expected %" PRId64 " (one per feature) or a divisor of it "
-                                      "(one per channel)", path, mask->cols, fet->cols);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: %" PRId64 " columns: expected %" PRId64 " (one per feature) or a divisor of it "
+                   "(one per channel)",
+                   path, mask->cols, fet->cols);
   int64_t per = fet->cols / mask->cols;
   float *m = NULL;
   SS_TRY(SS_ALLOC(ctx, m, (size_t)(fet->rows * fet->cols), "expanded masks"));
@@ -203,7 +212,8 @@ static ss_status expand_masks(ss_ctx *ctx, const char *path, const ss_matrix *fe
 
 static void drop_columns(ss_matrix *m, int64_t drop) {
   int64_t keep = m->cols - drop;
-  for (int64_t r = 0; r < m->rows; r++) memmove(m->data + r * keep, m->data + r * m->cols, sizeof(float) * (size_t)keep);
+  for (int64_t r = 0; r < m->rows; r++)
+    memmove(m->data + r * keep, m->data + r * m->cols, sizeof(float) * (size_t)keep);
   m->cols = keep;
 }
 
@@ -250,8 +260,9 @@ static ss_status write_klg(ss_ctx *ctx, const char *path, const cluster_args *a,
   SS_TRY(ss_atomic_begin(ctx, &af, path, 1));
   FILE *f = af.f;
   char *json = ss_params_to_json(p);
-  fprintf(f, "# spikestream %s (%s) cluster %s %s\n# %" PRId64 " points x %" PRId64 " features; %" PRId64
-             " starting clusters; seed %" PRId64 "\n# parameters:\n# ",
+  fprintf(f,
+          "# spikestream %s (%s) cluster %s %s\n# %" PRId64 " points x %" PRId64 " features; %" PRId64
+          " starting clusters; seed %" PRId64 "\n# parameters:\n# ",
           SS_VERSION, SS_GIT_COMMIT, a->base, a->shank, r->n, r->d, r->start_clusters, (int64_t)p->seed);
   for (const char *c = json ? json : "(out of memory)"; *c; c++) {
     if (*c == '\n') fputs("\n# ", f);
@@ -259,15 +270,17 @@ static ss_status write_klg(ss_ctx *ctx, const char *path, const cluster_args *a,
   }
   fputc('\n', f);
   free(json);
-  fprintf(f, "# iteration step score clusters changed deletions cholesky_failures splits_tried splits_accepted seconds\n");
+  fprintf(f,
+          "# iteration step score clusters changed deletions cholesky_failures splits_tried splits_accepted seconds\n");
   for (int64_t i = 0; i < r->n_log; i++) {
     const ss_mask_em_iter_log *e = &r->log[i];
     fprintf(f, "%" PRId64 " %s %.9f %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %.6f\n",
             e->iteration, e->step == SS_EM_STEP_FULL ? "full" : "split", e->score, e->n_clusters, e->changed,
             e->deletions, e->chol_failures, e->splits_tried, e->splits_accepted, e->seconds);
   }
-  fprintf(f, "# stop: %s after %" PRId64 " iterations; %" PRId64 " clusters (noise included); score %.9f; %.3f s "
-             "(prepare %.3f, M-step %.3f, E-step %.3f, C-step+deletion %.3f, splits %.3f)\n",
+  fprintf(f,
+          "# stop: %s after %" PRId64 " iterations; %" PRId64 " clusters (noise included); score %.9f; %.3f s "
+          "(prepare %.3f, M-step %.3f, E-step %.3f, C-step+deletion %.3f, splits %.3f)\n",
           ss_mask_em_stop_name(r->stop), r->n_iterations, r->n_clusters, r->score, r->t_total_s, r->t_prepare_s,
           r->t_mstep_s, r->t_estep_s, r->t_cstep_s, r->t_split_s);
   return ss_atomic_commit(ctx, &af);

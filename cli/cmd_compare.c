@@ -103,8 +103,10 @@ int ss_cmd_compare(int argc, char **argv, ss_ctx *ctx) {
   ss_trains_load_opts go = {.rate_hz = rate};
   ss_status st = ss_spike_trains_load(ctx, gt_path, &go, &gt);
   if (st != SS_OK) return ss_cli_finish("compare", ctx, st);
-  ss_trains_load_opts so = {.times_path = times, .rate_hz = rate > 0 ? rate : (gt.rate_assumed ? 0 : gt.rate_hz),
-                            .exclude = exclude, .n_exclude = n_exclude};
+  ss_trains_load_opts so = {.times_path = times,
+                            .rate_hz = rate > 0 ? rate : (gt.rate_assumed ? 0 : gt.rate_hz),
+                            .exclude = exclude,
+                            .n_exclude = n_exclude};
   st = ss_spike_trains_load(ctx, sorted_path, &so, &sorted);
   ss_comparison cmp;
   memset(&cmp, 0, sizeof(cmp));

@@ -28,8 +28,7 @@ static const char usage[] =
     "      --params J         parameter JSON (docs/params.md)\n"
     "      --device D         auto | cpu | cuda (default auto): where the chunk pass runs (noise\n"
     "                         excerpts: CPU threads)\n"
-    "      --threads N        CPU threads (default: all)\n"
-    SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
+    "      --threads N        CPU threads (default: all)\n" SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;

@@ -30,8 +30,8 @@ int ss_cmd_info(int argc, char **argv, ss_ctx *ctx) {
     ss_gpu_info g;
     ss_status st = ss_backend_gpu_info(ctx, i, &g);
     if (st != SS_OK) return ss_cli_finish("info", ctx, st);
-    printf("  gpu %d: %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs, driver %d.%d, runtime %d.%d\n",
-           i, g.name, g.total_mem / 1073741824.0, g.free_mem / 1073741824.0, g.cc_major, g.cc_minor, g.sm_count,
+    printf("  gpu %d: %s, %.1f GiB (%.1f GiB free), compute capability %d.%d, %d SMs, driver %d.%d, runtime %d.%d\n", i,
+           g.name, g.total_mem / 1073741824.0, g.free_mem / 1073741824.0, g.cc_major, g.cc_minor, g.sm_count,
            g.driver_version / 1000, (g.driver_version % 1000) / 10, g.runtime_version / 1000,
            (g.runtime_version % 1000) / 10);
   }

@@ -77,8 +77,7 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   if (in->dataset[0])
     printf("dataset:      %s (%s, %s)\n", in->dataset, in->dtype,
            in->layout == SS_LAYOUT_TIME_MAJOR ? "time-major" : "channel-major");
-  else
-    printf("dataset:      flat binary (%s, channel-interleaved)\n", in->dtype);
+  else printf("dataset:      flat binary (%s, channel-interleaved)\n", in->dtype);
   printf("rate:         %.9g Hz%s\n", in->rate_hz, in->from_timestamps ? " (from regular timestamps)" : "");
   printf("channels:     %d\n", in->n_channels);
   printf("samples:      %lld\n", (long long)in->n_samples);

@@ -80,15 +80,26 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, kmeans_args *a) {
       continue;
     }
     switch (opt) {
-      case O_K: if (!parse_int("--k", optarg, 1, &a->k)) return 2; break;
+      case O_K:
+        if (!parse_int("--k", optarg, 1, &a->k)) return 2;
+        break;
       case O_INIT: a->init = optarg; break;
       case O_DEVICE:
         if ((code = ss_cli_device(CMD, optarg, ctx, &a->device)) != 0) return code;
         break;
-      case O_THREADS: if (!parse_int("--threads", optarg, 1, &v)) return 2; a->threads = (int)v; break;
-      case O_MAXIT: if (!parse_int("--max-iter", optarg, 0, &a->max_iter)) return 2; break;
-      case O_SEED: if (!parse_int("--seed", optarg, 0, &a->seed)) return 2; break;
-      case O_PATCH: if (!parse_int("--patch", optarg, 1, &a->patch)) return 2; break;
+      case O_THREADS:
+        if (!parse_int("--threads", optarg, 1, &v)) return 2;
+        a->threads = (int)v;
+        break;
+      case O_MAXIT:
+        if (!parse_int("--max-iter", optarg, 0, &a->max_iter)) return 2;
+        break;
+      case O_SEED:
+        if (!parse_int("--seed", optarg, 0, &a->seed)) return 2;
+        break;
+      case O_PATCH:
+        if (!parse_int("--patch", optarg, 1, &a->patch)) return 2;
+        break;
       case O_TOL: {
         char *end;
         a->tol = strtod(optarg, &end);
@@ -128,8 +139,9 @@ static ss_status load_points(ss_ctx *ctx, const kmeans_args *a, ss_matrix *m) {
   SS_TRY(ss_kmeans_image_read(ctx, a->image, &img, &h, &w, &c));
   ss_status st = ss_kmeans_patches(ctx, img, h, w, c, a->patch, &m->data, &m->rows, &m->cols);
   if (st == SS_OK)
-    ss_log_info(ctx, "kmeans: %s: %" PRId64 " x %" PRId64 " x %" PRId64 " image, %" PRId64 " patches of %" PRId64
-                     " values", a->image, h, w, c, m->rows, m->cols);
+    ss_log_info(ctx,
+                "kmeans: %s: %" PRId64 " x %" PRId64 " x %" PRId64 " image, %" PRId64 " patches of %" PRId64 " values",
+                a->image, h, w, c, m->rows, m->cols);
   free(img);
   return st;
 }
@@ -147,9 +159,9 @@ static ss_status resolve_opts(ss_ctx *ctx, const kmeans_args *a, const ss_matrix
   else if (a->init) {
     SS_TRY(ss_matrix_read(ctx, a->init, NULL, init));
     if (init->cols != x->cols || (a->k > 0 && init->rows != a->k))
-      return ss_fail(ctx, SS_ERR_INPUT, "%s: initial centroids: expected %" PRId64 " x %" PRId64 ", got %" PRId64
-                                        " x %" PRId64, a->init, a->k > 0 ? a->k : init->rows, x->cols, init->rows,
-                     init->cols);
+      return ss_fail(ctx, SS_ERR_INPUT,
+                     "%s: initial centroids: expected %" PRId64 " x %" PRId64 ", got %" PRId64 " x %" PRId64, a->init,
+                     a->k > 0 ? a->k : init->rows, x->cols, init->rows, init->cols);
     o->init_centroids = init->data;
     o->k = init->rows;
   }

@@ -62,7 +62,7 @@ typedef struct {
   int64_t n_ref, n_query, d;
   float *ref, *query; /* owned */
   int32_t *ref_labels;
-  ss_knn_table table; /* CSV input: the table the answer is written back into */
+  ss_knn_table table;  /* CSV input: the table the answer is written back into */
   int64_t *query_rows; /* CSV input: table row of each query */
 } knn_data;
 
@@ -126,7 +126,8 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
       case 0x2009: c->queries = optarg; break;
       case 0x200a: c->params = optarg; break;
       case 0x200b:
-        if (!parse_i64(optarg, &v) || v < 1) return ss_cli_usage_error("knn", "--threads: expected an integer >= 1, got \"%s\"", optarg);
+        if (!parse_i64(optarg, &v) || v < 1)
+          return ss_cli_usage_error("knn", "--threads: expected an integer >= 1, got \"%s\"", optarg);
         c->threads = (int)v;
         break;
       default: return ss_cli_usage_error("knn", "unknown option");
@@ -137,7 +138,8 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
   int matrices = c->train || c->labels || c->queries;
   if (c->generate[0] && (c->data || matrices || c->cv || c->incremental))
     return ss_cli_usage_error("knn", "--generate writes a table: give no input, --cv or --incremental with it");
-  if (!c->generate[0] && !c->data && !matrices) return ss_cli_usage_error("knn", "give DATA.csv, or --train, --labels and --queries");
+  if (!c->generate[0] && !c->data && !matrices)
+    return ss_cli_usage_error("knn", "give DATA.csv, or --train, --labels and --queries");
   if (c->data && matrices) return ss_cli_usage_error("knn", "give DATA.csv or --train/--labels/--queries, not both");
   if (matrices && (!c->train || !c->labels || (!c->queries && !c->cv)))
     return ss_cli_usage_error("knn", "--train and --labels are needed, and --queries unless --cv");
@@ -285,7 +287,8 @@ static ss_status write_h5(ss_ctx *ctx, const char *path, int64_t m, int64_t k, c
     ok = f >= 0 && h5_put(f, "labels", H5T_NATIVE_INT32, 1, dl, labels) &&
          h5_put(f, "indices", H5T_NATIVE_INT64, 2, dm, idx) && h5_put(f, "distances", H5T_NATIVE_FLOAT, 2, dm, dist);
     if (f >= 0 && H5Fclose(f) < 0) ok = 0;
-  } H5E_END_TRY;
+  }
+  H5E_END_TRY;
   if (!ok) {
     ss_atomic_abort(&af);
     return ss_fail(ctx, SS_ERR_IO, "%s: writing the datasets labels, indices, distances failed", path);
@@ -343,9 +346,10 @@ static ss_status classify(ss_ctx *ctx, const knn_cli *c, const ss_params *p, con
   if (st == SS_OK)
     st = ss_knn_classify(ctx, ix, dd->ref_labels, &o, dd->query, m, c->incremental, labels, idx, dist, &stats);
   if (st == SS_OK) {
-    ss_log_info(ctx, "knn: %" PRId64 " queries, %" PRId64 " references, d = %" PRId64 ", k = %" PRId64 "%s on %s "
-                "(%s selection): %.3f s, %" PRId64 " exact fallbacks", m, dd->n_ref, dd->d, k,
-                c->incremental ? " (incremental)" : "", ss_device_kind_name(be->kind),
+    ss_log_info(ctx,
+                "knn: %" PRId64 " queries, %" PRId64 " references, d = %" PRId64 ", k = %" PRId64 "%s on %s "
+                "(%s selection): %.3f s, %" PRId64 " exact fallbacks",
+                m, dd->n_ref, dd->d, k, c->incremental ? " (incremental)" : "", ss_device_kind_name(be->kind),
                 be->kind == SS_DEVICE_CUDA ? ss_knn_strategy_name(stats.strategy) : "heap", ss_now() - t0,
                 stats.fallbacks);
     st = write_result(ctx, c, dd, k, labels, idx, dist);

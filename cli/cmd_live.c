@@ -16,8 +16,8 @@
 
 #define SS_LIVE_MAX_BLOCK_MS 60000.0
 #define SS_MS_PER_S 1000.0
-#define SS_LIVE_MAX_CHANNELS 100000     /* --channels (the model loader's limit) */
-#define SS_LIVE_MAX_RT_PRIORITY 99      /* Linux's highest SCHED_FIFO priority */
+#define SS_LIVE_MAX_CHANNELS 100000 /* --channels (the model loader's limit) */
+#define SS_LIVE_MAX_RT_PRIORITY 99  /* Linux's highest SCHED_FIFO priority */
 
 static const char usage[] =
     "usage: spikestream live --source URI (--model M | --train-seconds S --channels N --rate HZ\n"
@@ -90,20 +90,42 @@ static const char usage[] =
     "\noptions:\n" SS_CLI_COMMON_HELP;
 
 enum {
-  OPT_SOURCE = 0x3101, OPT_MODEL, OPT_TRAIN, OPT_FORMAT, OPT_ASSIGN, OPT_K, OPT_BLOCK_MS, OPT_RECONNECT,
-  OPT_STATS_EVERY, OPT_DEVICE, OPT_CONNECT_TIMEOUT, OPT_DISTANCE, OPT_CHANNELS, OPT_RATE, OPT_UV_PER_STEP,
-  OPT_PROBE, OPT_PARAMS, OPT_TRAIN_DIR, OPT_REALTIME, OPT_SPIN, OPT_PIN, OPT_WORKERS, OPT_REPLICAS,
-  OPT_IDLE_TIMEOUT, OPT_RAW, OPT_TOKEN_FILE
+  OPT_SOURCE = 0x3101,
+  OPT_MODEL,
+  OPT_TRAIN,
+  OPT_FORMAT,
+  OPT_ASSIGN,
+  OPT_K,
+  OPT_BLOCK_MS,
+  OPT_RECONNECT,
+  OPT_STATS_EVERY,
+  OPT_DEVICE,
+  OPT_CONNECT_TIMEOUT,
+  OPT_DISTANCE,
+  OPT_CHANNELS,
+  OPT_RATE,
+  OPT_UV_PER_STEP,
+  OPT_PROBE,
+  OPT_PARAMS,
+  OPT_TRAIN_DIR,
+  OPT_REALTIME,
+  OPT_SPIN,
+  OPT_PIN,
+  OPT_WORKERS,
+  OPT_REPLICAS,
+  OPT_IDLE_TIMEOUT,
+  OPT_RAW,
+  OPT_TOKEN_FILE
 };
 
 typedef struct {
   ss_live_run_opts run;
-  int train;             /* --train-seconds given */
-  int train_only_option; /* an option that goes with --train-seconds was given */
-  int64_t realtime;      /* --realtime P: P + 1 (0 = not asked) */
-  int64_t workers;       /* --workers N (0: not given) */
-  int64_t replicas;      /* --replicas R (0: not given) */
-  int64_t channels;      /* --channels */
+  int train;                     /* --train-seconds given */
+  int train_only_option;         /* an option that goes with --train-seconds was given */
+  int64_t realtime;              /* --realtime P: P + 1 (0 = not asked) */
+  int64_t workers;               /* --workers N (0: not given) */
+  int64_t replicas;              /* --replicas R (0: not given) */
+  int64_t channels;              /* --channels */
   int pins[SS_LIVE_MAX_WORKERS]; /* --pin: the CPU of worker i (the engine thread: pins[0]); -1 none */
   int n_pins;
   const char *token_file;
@@ -121,23 +143,38 @@ static int on_option(int opt, const char *arg, void *user) {
     case 'o': a->run.output = arg; break;
     case OPT_TRAIN:
       code = ss_cli_number("live", "train-seconds", arg, 0, &a->run.train.seconds);
-      if (!code && !(a->run.train.seconds > 0)) return ss_cli_usage_error("live", "--train-seconds: expected a number > 0, got \"%s\"", arg);
+      if (!code && !(a->run.train.seconds > 0))
+        return ss_cli_usage_error("live", "--train-seconds: expected a number > 0, got \"%s\"", arg);
       a->train = 1;
       break;
-    case OPT_CHANNELS: code = ss_cli_integer("live", "channels", arg, 1, SS_LIVE_MAX_CHANNELS, &a->channels); a->train_only_option = 1; break;
+    case OPT_CHANNELS:
+      code = ss_cli_integer("live", "channels", arg, 1, SS_LIVE_MAX_CHANNELS, &a->channels);
+      a->train_only_option = 1;
+      break;
     case OPT_RATE:
       code = ss_cli_number("live", "rate", arg, 0, &a->run.train.rate_hz);
-      if (!code && !(a->run.train.rate_hz > 0)) return ss_cli_usage_error("live", "--rate: expected a number > 0, got \"%s\"", arg);
+      if (!code && !(a->run.train.rate_hz > 0))
+        return ss_cli_usage_error("live", "--rate: expected a number > 0, got \"%s\"", arg);
       a->train_only_option = 1;
       break;
     case OPT_UV_PER_STEP:
       code = ss_cli_number("live", "uv-per-step", arg, 0, &a->run.train.uv_per_step);
-      if (!code && !(a->run.train.uv_per_step > 0)) return ss_cli_usage_error("live", "--uv-per-step: expected a number > 0, got \"%s\"", arg);
+      if (!code && !(a->run.train.uv_per_step > 0))
+        return ss_cli_usage_error("live", "--uv-per-step: expected a number > 0, got \"%s\"", arg);
       a->train_only_option = 1;
       break;
-    case OPT_PROBE: a->run.train.probe_path = arg; a->train_only_option = 1; break;
-    case OPT_PARAMS: a->run.train.params_path = arg; a->train_only_option = 1; break;
-    case OPT_TRAIN_DIR: a->run.train.dir = arg; a->train_only_option = 1; break;
+    case OPT_PROBE:
+      a->run.train.probe_path = arg;
+      a->train_only_option = 1;
+      break;
+    case OPT_PARAMS:
+      a->run.train.params_path = arg;
+      a->train_only_option = 1;
+      break;
+    case OPT_TRAIN_DIR:
+      a->run.train.dir = arg;
+      a->train_only_option = 1;
+      break;
     case OPT_SPIN: a->run.spin = 1; break;
     case OPT_PIN:
       if (ss_live_cpu_list_parse(a->ctx, "--pin", arg, a->pins, SS_LIVE_MAX_WORKERS, &a->n_pins) != SS_OK)
@@ -169,7 +206,8 @@ static int on_option(int opt, const char *arg, void *user) {
     case OPT_BLOCK_MS:
       code = ss_cli_number("live", "block-ms", arg, 0, &v);
       if (!code && !(v > 0 && v <= SS_LIVE_MAX_BLOCK_MS))
-        return ss_cli_usage_error("live", "--block-ms: expected a number in (0, %g], got \"%s\"", SS_LIVE_MAX_BLOCK_MS, arg);
+        return ss_cli_usage_error("live", "--block-ms: expected a number in (0, %g], got \"%s\"", SS_LIVE_MAX_BLOCK_MS,
+                                  arg);
       a->run.engine.block_s = v / SS_MS_PER_S;
       break;
     case OPT_STATS_EVERY: code = ss_cli_number("live", "stats-every", arg, 0, &a->run.stats_every_s); break;
@@ -235,7 +273,8 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
   if (!a.run.model_path && !a.train) return ss_cli_usage_error("live", "--model M (or --train-seconds S) is required");
   if (a.run.model_path && a.train) return ss_cli_usage_error("live", "--model and --train-seconds exclude each other");
   if (a.train && (a.channels <= 0 || !(a.run.train.rate_hz > 0)))
-    return ss_cli_usage_error("live", "--train-seconds needs --channels N and --rate HZ (the stream header is checked against them)");
+    return ss_cli_usage_error(
+        "live", "--train-seconds needs --channels N and --rate HZ (the stream header is checked against them)");
   if (a.workers && !a.run.spin) return ss_cli_usage_error("live", "--workers goes with --spin (the polling threads)");
   if (a.replicas && (!a.run.spin || a.workers || a.train))
     return ss_cli_usage_error("live", "--replicas goes with --spin, without --workers and --train-seconds");
@@ -243,7 +282,7 @@ int ss_cmd_live(int argc, char **argv, ss_ctx *ctx) {
     return ss_cli_usage_error("live", "--pin: one CPU (the engine thread); a list goes with --spin's workers");
   if (!a.train && a.train_only_option)
     return ss_cli_usage_error("live", "--channels, --rate, --uv-per-step, --probe, --params and --train-dir go with "
-                              "--train-seconds (a model gives them)");
+                                      "--train-seconds (a model gives them)");
   if (a.token_file) {
     ss_status st = ss_link_token_load(ctx, a.token_file, a.token, sizeof(a.token), &a.run.token_len);
     if (st != SS_OK) return ss_cli_finish("live", ctx, st);

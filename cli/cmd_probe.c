@@ -24,10 +24,12 @@ static int on_option(int opt, const char *arg, void *user) {
   char *end = NULL;
   if (opt == 'r') {
     a->radius = strtod(arg, &end);
-    if (*end || !(a->radius > 0)) return ss_cli_usage_error("probe", "--radius: expected a number > 0, got \"%s\"", arg);
+    if (*end || !(a->radius > 0))
+      return ss_cli_usage_error("probe", "--radius: expected a number > 0, got \"%s\"", arg);
   } else {
     long n = strtol(arg, &end, 10);
-    if (*end || n <= 0 || n > 1000000) return ss_cli_usage_error("probe", "--channels: expected an integer > 0, got \"%s\"", arg);
+    if (*end || n <= 0 || n > 1000000)
+      return ss_cli_usage_error("probe", "--channels: expected an integer > 0, got \"%s\"", arg);
     a->n_channels = (int)n;
   }
   return 0;
@@ -54,7 +56,8 @@ int ss_cmd_probe(int argc, char **argv, ss_ctx *ctx) {
     return ss_cli_finish("probe", ctx, st);
   }
   printf("probe %s: %d contacts\n", probe.name, probe.n);
-  printf("%7s %7s %9s %9s %5s %9s  neighbours (channels)\n", "contact", "channel", "x_um", "y_um", "shank", "connected");
+  printf("%7s %7s %9s %9s %5s %9s  neighbours (channels)\n", "contact", "channel", "x_um", "y_um", "shank",
+         "connected");
   for (int i = 0; i < probe.n; i++) {
     printf("%7d %7d %9.2f %9.2f %5d %9s ", i, probe.channel[i], probe.x[i], probe.y[i], probe.shank[i],
            probe.connected[i] ? "yes" : "no");

@@ -16,9 +16,9 @@
 #include "core/log.h"
 
 #define REPLAY_DEFAULT_CONNECT_TIMEOUT_S 10.0
-#define REPLAY_MAX_BLOCK_MS 60000.0  /* a block longer than a minute is not a live stream */
-#define REPLAY_CHUNK_S 0.25          /* source read size: bounded memory, reads overlap sending */
-#define REPLAY_EXIT_DISCONNECTED 3   /* the receiver went away: a runtime failure, not bad input */
+#define REPLAY_MAX_BLOCK_MS 60000.0 /* a block longer than a minute is not a live stream */
+#define REPLAY_CHUNK_S 0.25         /* source read size: bounded memory, reads overlap sending */
+#define REPLAY_EXIT_DISCONNECTED 3  /* the receiver went away: a runtime failure, not bad input */
 #define MS_PER_S 1000.0
 
 static const char usage[] =
@@ -41,12 +41,19 @@ static const char usage[] =
     "  --raw                no header: the samples from the first byte\n"
     "  --token-file PATH    shared token (16..1024 bytes, white space trimmed; the file must not be\n"
     "                       accessible to others): sent after connecting, required from the client\n"
-    "                       of a listener; needed to listen on a non-loopback address\n"
-    SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP
+    "                       of a listener; needed to listen on a non-loopback address\n" SS_CLI_SOURCE_HELP
+    "\noptions:\n" SS_CLI_COMMON_HELP
     "\nexit codes: 0 sent, 1 bad input, 2 usage, 3 the receiver disconnected before the end\n";
 
 enum {
-  OPT_TO = 0x3001, OPT_SPEED, OPT_BLOCK_MS, OPT_START, OPT_DURATION, OPT_SEND_LOG, OPT_CONNECT_TIMEOUT, OPT_RAW,
+  OPT_TO = 0x3001,
+  OPT_SPEED,
+  OPT_BLOCK_MS,
+  OPT_START,
+  OPT_DURATION,
+  OPT_SEND_LOG,
+  OPT_CONNECT_TIMEOUT,
+  OPT_RAW,
   OPT_TOKEN_FILE
 };
 
@@ -234,10 +241,11 @@ static void print_summary(const replay_args *a, const replay_plan *p, const repl
   double span_s = (double)(s->last_first - p->start) / p->rate_hz;
   /* The summary must not mix with the samples when they go to stdout. */
   FILE *f = strcmp(a->to, "-") == 0 || strcmp(a->to, "stdout") == 0 ? stderr : stdout;
-  fprintf(f, "replay: %lld blocks, %lld rows (%.3f s of %d channels at %g Hz) in %.3f s: speed %.2fx, "
-         "max lateness %.3f ms -> %s\n",
-         (long long)s->blocks, (long long)s->rows, sent_s, p->n_channels, p->rate_hz, s->seconds,
-         s->seconds > 0 ? span_s / s->seconds : 0.0, s->max_late_s * MS_PER_S, a->to);
+  fprintf(f,
+          "replay: %lld blocks, %lld rows (%.3f s of %d channels at %g Hz) in %.3f s: speed %.2fx, "
+          "max lateness %.3f ms -> %s\n",
+          (long long)s->blocks, (long long)s->rows, sent_s, p->n_channels, p->rate_hz, s->seconds,
+          s->seconds > 0 ? span_s / s->seconds : 0.0, s->max_late_s * MS_PER_S, a->to);
   fflush(f);
 }
 
@@ -252,7 +260,8 @@ static ss_status stream(ss_ctx *ctx, const replay_args *a, const replay_plan *p,
   SS_TRY(SS_ALLOC(ctx, buf, (size_t)(p->block_rows * p->n_channels), "replay block"));
   ss_status st = SS_CALLOC(ctx, log, (size_t)p->n_blocks, "send log");
   ss_link *link = NULL;
-  ss_link_opts lo = {.timeout_s = a->connect_timeout_s, .token = a->token_file ? a->token : NULL,
+  ss_link_opts lo = {.timeout_s = a->connect_timeout_s,
+                     .token = a->token_file ? a->token : NULL,
                      .token_len = a->token_len};
   if (st == SS_OK) st = ss_link_open_with(ctx, a->to, SS_LINK_WRITE, &lo, &link);
   ss_stream_header header = {p->n_channels, p->rate_hz};
@@ -260,8 +269,8 @@ static ss_status stream(ss_ctx *ctx, const replay_args *a, const replay_plan *p,
   if (st != SS_OK) ss_link_close(link);
   if (st == SS_OK) {
     ss_log_info(ctx, "replay: %s -> %s: %lld rows of %d channels at %g Hz, %lld blocks of %lld rows, speed %g",
-                a->spec.path, a->to, (long long)(p->end - p->start), p->n_channels, p->rate_hz,
-                (long long)p->n_blocks, (long long)p->block_rows, a->speed);
+                a->spec.path, a->to, (long long)(p->end - p->start), p->n_channels, p->rate_hz, (long long)p->n_blocks,
+                (long long)p->block_rows, a->speed);
     st = send_blocks(ctx, a, p, &rr, link, buf, log, s);
     ss_link_close(link);
     if (a->send_log && (st == SS_OK || s->disconnected)) {

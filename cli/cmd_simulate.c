@@ -62,11 +62,21 @@ static int parse_options(int argc, char **argv, ss_ctx *ctx, ss_sim_config *c, c
     switch (opt) {
       case 'o': *out_path = optarg; break;
       case 'p': *probe_path = optarg; break;
-      case 'd': if ((code = parse_number("--duration", optarg, &c->duration_s)) >= 0) return code; break;
-      case 's': if ((code = parse_number("--snr", optarg, &c->median_snr)) >= 0) return code; break;
-      case 'r': if ((code = parse_number("--rate", optarg, &c->rate_hz)) >= 0) return code; break;
-      case 'n': if ((code = parse_number("--noise-uv", optarg, &c->noise_uv)) >= 0) return code; break;
-      case 'D': if ((code = parse_number("--drift", optarg, &c->drift_um_per_s)) >= 0) return code; break;
+      case 'd':
+        if ((code = parse_number("--duration", optarg, &c->duration_s)) >= 0) return code;
+        break;
+      case 's':
+        if ((code = parse_number("--snr", optarg, &c->median_snr)) >= 0) return code;
+        break;
+      case 'r':
+        if ((code = parse_number("--rate", optarg, &c->rate_hz)) >= 0) return code;
+        break;
+      case 'n':
+        if ((code = parse_number("--noise-uv", optarg, &c->noise_uv)) >= 0) return code;
+        break;
+      case 'D':
+        if ((code = parse_number("--drift", optarg, &c->drift_um_per_s)) >= 0) return code;
+        break;
       case 'u':
         end = NULL;
         lv = strtol(optarg, &end, 10);
@@ -98,12 +108,12 @@ static void print_summary(const ss_sim *s, const char *path) {
   const ss_sim_truth *t = ss_sim_get_truth(s);
   int64_t total = 0;
   for (int u = 0; u < t->n_units; u++) total += t->n_spikes[u];
-  printf("%s: %d channels, %g s at %g Hz, %d units, %" PRId64 " spikes, seed %" PRIu64 "\n", path,
-         ss_sim_n_channels(s), c->duration_s, c->rate_hz, t->n_units, total, c->seed);
+  printf("%s: %d channels, %g s at %g Hz, %d units, %" PRId64 " spikes, seed %" PRIu64 "\n", path, ss_sim_n_channels(s),
+         c->duration_s, c->rate_hz, t->n_units, total, c->seed);
   printf("%4s %8s %8s %6s %8s %7s %7s %5s\n", "unit", "x_um", "y_um", "z_um", "rate_hz", "spikes", "snr", "peak");
   for (int u = 0; u < t->n_units; u++)
-    printf("%4d %8.1f %8.1f %6.1f %8.2f %7" PRId64 " %7.2f %5d\n", u, t->x_um[u], t->y_um[u], t->z_um[u],
-           t->rate_hz[u], t->n_spikes[u], t->snr[u], (int)t->peak_channel[u]);
+    printf("%4d %8.1f %8.1f %6.1f %8.2f %7" PRId64 " %7.2f %5d\n", u, t->x_um[u], t->y_um[u], t->z_um[u], t->rate_hz[u],
+           t->n_spikes[u], t->snr[u], (int)t->peak_channel[u]);
 }
 
 int ss_cmd_simulate(int argc, char **argv, ss_ctx *ctx) {

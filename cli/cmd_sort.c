@@ -30,8 +30,8 @@ static const char usage[] =
     "                         masked EM and the KNN assignment run (noise excerpts: CPU threads)\n"
     "      --threads N        CPU threads (default: all; the result does not depend on it)\n"
     "      --no-merge         keep masked EM's raw clusters\n"
-    "      --check            check the written phy folder (files, dtypes, shapes)\n"
-    SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
+    "      --check            check the written phy folder (files, dtypes, shapes)\n" SS_CLI_SOURCE_HELP
+    "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_sort_opts o;
@@ -48,9 +48,7 @@ static int on_option(int opt, const char *arg, void *user) {
     case 'o': a->o.out_dir = arg; break;
     case 'p': a->o.probe_path = arg; break;
     case 'j': a->params_path = arg; break;
-    case 'D':
-      code = ss_cli_device(CMD, arg, a->ctx, &a->o.device);
-      break;
+    case 'D': code = ss_cli_device(CMD, arg, a->ctx, &a->o.device); break;
     case 't':
       code = ss_cli_integer(CMD, "threads", arg, 1, 4096, &n);
       a->o.n_threads = (int)n;

@@ -40,9 +40,7 @@ int ss_cli_common_option(int opt, const char *usage_text, ss_ctx *ctx, int *exit
       fputs(usage_text, stdout);
       *exit_code = 0;
       return 1;
-    case 'q':
-      ctx->quiet = 1;
-      return 1;
+    case 'q': ctx->quiet = 1; return 1;
     case 0x1001: {
       ss_log_level lv;
       if (ss_log_level_parse(ctx, optarg, &lv) != SS_OK) {
@@ -59,8 +57,8 @@ int ss_cli_common_option(int opt, const char *usage_text, ss_ctx *ctx, int *exit
 
 #define SS_CLI_MAX_OPTIONS 64
 
-int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage_text,
-                 ss_ctx *ctx, ss_cli_option_fn fn, void *user, int *first_arg) {
+int ss_cli_parse(int argc, char **argv, const char *cmd, const struct option *opts, const char *usage_text, ss_ctx *ctx,
+                 ss_cli_option_fn fn, void *user, int *first_arg) {
   static const struct option common[] = {SS_CLI_COMMON_LONGOPTS};
   struct option all[SS_CLI_MAX_OPTIONS + 4];
   size_t n = 0;

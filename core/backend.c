@@ -33,7 +33,8 @@ int ss_backend_cuda_built(void) { return SS_HAVE_CUDA; }
 
 /* Why a build without the backend has no device: said the same way everywhere (`info`, `auto`'s log,
  * ss_cuda_not_built). */
-static const char not_built[] = "this build has no CUDA backend; rebuild with the CUDA toolkit, see docs/architecture.md";
+static const char not_built[] =
+    "this build has no CUDA backend; rebuild with the CUDA toolkit, see docs/architecture.md";
 
 ss_status ss_cuda_not_built(ss_ctx *ctx, const char *what) {
   return ss_fail(ctx, SS_ERR_UNSUPPORTED, "%s: no CUDA device available (%s)", what, not_built);
@@ -67,8 +68,7 @@ int ss_threads_resolve(int n) {
 #endif
 }
 
-ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, int n_threads,
-                          ss_backend *be) {
+ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, int n_threads, ss_backend *be) {
   memset(be, 0, sizeof(*be));
   be->n_threads = ss_threads_resolve(n_threads);
   be->kind = SS_DEVICE_CPU;
@@ -80,18 +80,16 @@ ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, 
     if (requested == SS_DEVICE_CUDA && !ss_backend_cuda_built()) return ss_cuda_not_built(ctx, "--device cuda");
     if (requested == SS_DEVICE_CUDA)
       return ss_fail(ctx, SS_ERR_DEVICE, "--device cuda: no CUDA device available (%s)", why);
-    ss_log_info(ctx, "device auto: no CUDA device (%s); using the CPU backend with %d thread(s)", why,
-                be->n_threads);
+    ss_log_info(ctx, "device auto: no CUDA device (%s); using the CPU backend with %d thread(s)", why, be->n_threads);
     return SS_OK;
   }
   if (gpu_index < 0 || gpu_index >= count)
-    return ss_fail(ctx, SS_ERR_USAGE, "--gpu: index %d out of range (this machine has %d CUDA device(s))",
-                   gpu_index, count);
+    return ss_fail(ctx, SS_ERR_USAGE, "--gpu: index %d out of range (this machine has %d CUDA device(s))", gpu_index,
+                   count);
 #if SS_HAVE_CUDA
   SS_TRY(ss_cuda_state_create(ctx, gpu_index, &be->gpu, &be->cuda));
   be->kind = SS_DEVICE_CUDA;
-  if (requested == SS_DEVICE_AUTO)
-    ss_log_info(ctx, "device auto: using CUDA device %d (%s)", gpu_index, be->gpu.name);
+  if (requested == SS_DEVICE_AUTO) ss_log_info(ctx, "device auto: using CUDA device %d (%s)", gpu_index, be->gpu.name);
 #endif
   return SS_OK;
 }

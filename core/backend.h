@@ -53,8 +53,7 @@ int ss_backend_gpu_count(char *why, size_t why_len);
 ss_status ss_backend_gpu_info(ss_ctx *ctx, int index, ss_gpu_info *info);
 
 /* Open a backend. n_threads <= 0 means all the CPU's threads. */
-ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, int n_threads,
-                          ss_backend *be);
+ss_status ss_backend_open(ss_ctx *ctx, ss_device_kind requested, int gpu_index, int n_threads, ss_backend *be);
 void ss_backend_close(ss_backend *be);
 /* Make `be`'s device current for the calling thread: a thread other than the one that opened a CUDA
  * backend must call this before it runs a stage (the CUDA runtime's current device is per thread).

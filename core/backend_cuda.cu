@@ -29,8 +29,8 @@ ss_status ss_cuda_malloc(ss_ctx *ctx, void **ptr, size_t bytes, const char *what
   cudaGetLastError(); /* clear the sticky-free error so later calls are not blamed */
   size_t free_b = 0, total_b = 0;
   cudaMemGetInfo(&free_b, &total_b);
-  return ss_fail(ctx, SS_ERR_DEVICE, "GPU out of memory: %s needs %.1f MiB, %.1f MiB free of %.1f MiB",
-                 what, bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+  return ss_fail(ctx, SS_ERR_DEVICE, "GPU out of memory: %s needs %.1f MiB, %.1f MiB free of %.1f MiB", what,
+                 bytes / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
 }
 
 extern "C" int ss_cuda_device_count(char *why, size_t why_len) {
@@ -41,8 +41,7 @@ extern "C" int ss_cuda_device_count(char *why, size_t why_len) {
     if (why) {
       if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
         snprintf(why, why_len, "no NVIDIA GPU or driver on this machine: %s", cudaGetErrorString(e));
-      else
-        snprintf(why, why_len, "%s", cudaGetErrorString(e));
+      else snprintf(why, why_len, "%s", cudaGetErrorString(e));
     }
     return 0;
   }

@@ -26,39 +26,38 @@ static inline cusolverDnHandle_t ss_cuda_cusolver(const ss_backend *be) { return
 const char *ss_cublas_status_name(cublasStatus_t st);
 
 /* Each macro records the failing expression and returns SS_ERR_DEVICE from the caller. */
-#define SS_CUDA_TRY(ctx, call)                                                                  \
-  do {                                                                                          \
-    cudaError_t ss_e_ = (call);                                                                 \
-    if (ss_e_ != cudaSuccess)                                                                   \
-      return ss_fail((ctx), SS_ERR_DEVICE, "CUDA: %s: %s (%s:%d)", #call,                       \
-                     cudaGetErrorString(ss_e_), __FILE__, __LINE__);                            \
+#define SS_CUDA_TRY(ctx, call) \
+  do { \
+    cudaError_t ss_e_ = (call); \
+    if (ss_e_ != cudaSuccess) \
+      return ss_fail((ctx), SS_ERR_DEVICE, "CUDA: %s: %s (%s:%d)", #call, cudaGetErrorString(ss_e_), __FILE__, \
+                     __LINE__); \
   } while (0)
 
 /* After a kernel launch: launch-configuration errors now, execution errors at the next sync.
  * cudaGetLastError returns the launch's error and clears it, so it is the value to report: peeking
  * after the clear would return success and hide a failed launch (e.g. too much shared memory). */
-#define SS_CUDA_TRY_LAUNCH(ctx, what)                                                           \
-  do {                                                                                          \
-    cudaError_t ss_e_ = cudaGetLastError();                                                     \
-    if (ss_e_ != cudaSuccess)                                                                   \
-      return ss_fail((ctx), SS_ERR_DEVICE, "CUDA: launch of %s: %s (%s:%d)", (what),            \
-                     cudaGetErrorString(ss_e_), __FILE__, __LINE__);                            \
+#define SS_CUDA_TRY_LAUNCH(ctx, what) \
+  do { \
+    cudaError_t ss_e_ = cudaGetLastError(); \
+    if (ss_e_ != cudaSuccess) \
+      return ss_fail((ctx), SS_ERR_DEVICE, "CUDA: launch of %s: %s (%s:%d)", (what), cudaGetErrorString(ss_e_), \
+                     __FILE__, __LINE__); \
   } while (0)
 
-#define SS_CUBLAS_TRY(ctx, call)                                                                \
-  do {                                                                                          \
-    cublasStatus_t ss_e_ = (call);                                                              \
-    if (ss_e_ != CUBLAS_STATUS_SUCCESS)                                                         \
-      return ss_fail((ctx), SS_ERR_DEVICE, "cuBLAS: %s: %s (%s:%d)", #call,                     \
-                     ss_cublas_status_name(ss_e_), __FILE__, __LINE__);                         \
+#define SS_CUBLAS_TRY(ctx, call) \
+  do { \
+    cublasStatus_t ss_e_ = (call); \
+    if (ss_e_ != CUBLAS_STATUS_SUCCESS) \
+      return ss_fail((ctx), SS_ERR_DEVICE, "cuBLAS: %s: %s (%s:%d)", #call, ss_cublas_status_name(ss_e_), __FILE__, \
+                     __LINE__); \
   } while (0)
 
-#define SS_CUSOLVER_TRY(ctx, call)                                                              \
-  do {                                                                                          \
-    cusolverStatus_t ss_e_ = (call);                                                            \
-    if (ss_e_ != CUSOLVER_STATUS_SUCCESS)                                                       \
-      return ss_fail((ctx), SS_ERR_DEVICE, "cuSOLVER: %s: status %d (%s:%d)", #call,            \
-                     (int)ss_e_, __FILE__, __LINE__);                                           \
+#define SS_CUSOLVER_TRY(ctx, call) \
+  do { \
+    cusolverStatus_t ss_e_ = (call); \
+    if (ss_e_ != CUSOLVER_STATUS_SUCCESS) \
+      return ss_fail((ctx), SS_ERR_DEVICE, "cuSOLVER: %s: status %d (%s:%d)", #call, (int)ss_e_, __FILE__, __LINE__); \
   } while (0)
 
 /* Device allocation with a clear out-of-memory message naming what and how much. */

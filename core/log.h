@@ -23,9 +23,9 @@ ss_status ss_log_level_parse(ss_ctx *ctx, const char *text, ss_log_level *out);
 typedef struct {
   const ss_ctx *ctx;
   char label[64];
-  double total;       /* units of work, e.g. seconds of recording */
+  double total; /* units of work, e.g. seconds of recording */
   double done;
-  double t_start;     /* monotonic seconds */
+  double t_start; /* monotonic seconds */
   double t_last_draw;
   int tty;
   int active;

@@ -49,9 +49,7 @@ SS_HD uint64_t ss_rng_key(uint64_t seed, uint32_t purpose, uint64_t stream) {
 }
 
 /* Draw number `index` of the stream `key`. */
-SS_HD uint64_t ss_rng_u64(uint64_t key, uint64_t index) {
-  return ss_rng_mix64(key + (index + 1) * SS_RNG_GOLDEN);
-}
+SS_HD uint64_t ss_rng_u64(uint64_t key, uint64_t index) { return ss_rng_mix64(key + (index + 1) * SS_RNG_GOLDEN); }
 
 /* Uniform double in [0, 1) with 53 random bits. */
 SS_HD double ss_rng_uniform(uint64_t key, uint64_t index) {

@@ -120,8 +120,7 @@ ss_status ss_alloc(ss_ctx *ctx, void **out, size_t count, size_t size, const cha
   if (count == 0 || size == 0) return SS_OK;
   if (inject_failure(ctx))
     return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu x %zu bytes (injected failure)", what, count, size);
-  if (count > SIZE_MAX / size)
-    return ss_fail(ctx, SS_ERR_NOMEM, "%s: %zu x %zu bytes overflows", what, count, size);
+  if (count > SIZE_MAX / size) return ss_fail(ctx, SS_ERR_NOMEM, "%s: %zu x %zu bytes overflows", what, count, size);
   *out = malloc(count * size);
   if (!*out) return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, count * size);
   return SS_OK;

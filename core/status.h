@@ -44,9 +44,9 @@ typedef struct ss_ctx {
   size_t msg_len;
   int n_problems;
   ss_log_level log_level;
-  int quiet;         /* no progress output and no INFO lines */
-  FILE *log_stream;  /* default stderr */
-  int progress_tty;  /* -1: detect from log_stream; 0/1 forced */
+  int quiet;                   /* no progress output and no INFO lines */
+  FILE *log_stream;            /* default stderr */
+  int progress_tty;            /* -1: detect from log_stream; 0/1 forced */
   ss_alloc_fault *alloc_fault; /* NULL (the default): no injection */
 } ss_ctx;
 
@@ -61,8 +61,7 @@ const char *ss_strerror(ss_status st);
 int ss_status_exit_code(ss_status st);
 
 /* Record a failure: replaces any earlier message; returns st so that `return ss_fail(...)` reads well. */
-ss_status ss_fail(ss_ctx *ctx, ss_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+ss_status ss_fail(ss_ctx *ctx, ss_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Append one more problem line (validators that report every problem before failing). */
 void ss_problem(ss_ctx *ctx, ss_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prefix the recorded message with "prefix: " (e.g. the file name), for every line. */
@@ -71,9 +70,9 @@ void ss_ctx_prefix(ss_ctx *ctx, const char *fmt, ...) __attribute__((format(prin
 const char *ss_error_message(const ss_ctx *ctx);
 
 /* Evaluate an ss_status expression and return it from the calling function when it fails. */
-#define SS_TRY(expr)                 \
-  do {                               \
-    ss_status ss_try_st_ = (expr);   \
+#define SS_TRY(expr) \
+  do { \
+    ss_status ss_try_st_ = (expr); \
     if (ss_try_st_ != SS_OK) return ss_try_st_; \
   } while (0)
 

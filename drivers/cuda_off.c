@@ -26,8 +26,8 @@ ss_status ss_filter_forward_cuda(ss_ctx *ctx, const ss_backend *be, const ss_fil
                                  int64_t n_rows, int n_channels, float *d_out, ss_stream stream) {
   return ss_cuda_not_built(ctx, "filter");
 }
-ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend *be, float *d_x, int64_t n_rows,
-                                       int n_channels, const int *use, ss_stream stream) {
+ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend *be, float *d_x, int64_t n_rows, int n_channels,
+                                       const int *use, ss_stream stream) {
   return ss_cuda_not_built(ctx, "filter");
 }
 ss_status ss_filter_causal_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, double *d_state, int *started,
@@ -42,8 +42,8 @@ ss_status ss_filter_causal_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss
                                      const float *in, int64_t n_rows, float *out) {
   return ss_cuda_not_built(ctx, "filter");
 }
-ss_status ss_filter_common_median_cuda_host(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows,
-                                            int n_channels, const int *use) {
+ss_status ss_filter_common_median_cuda_host(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows, int n_channels,
+                                            const int *use) {
   return ss_cuda_not_built(ctx, "filter");
 }
 
@@ -62,8 +62,8 @@ ss_status ss_threshold_compute_cuda_host(ss_ctx *ctx, const ss_backend *be, cons
 
 /* ---- detect ---- */
 
-ss_status ss_detect_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                              const ss_detect_graph *g, const ss_thresholds *th, ss_detect_cuda **out) {
+ss_status ss_detect_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg, const ss_detect_graph *g,
+                              const ss_thresholds *th, ss_detect_cuda **out) {
   *out = NULL; /* no handle */
   return ss_cuda_not_built(ctx, "detect");
 }
@@ -83,9 +83,8 @@ ss_status ss_detect_cuda_finish(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_
   return ss_cuda_not_built(ctx, "detect");
 }
 void ss_detect_cuda_close(ss_detect_cuda *d) {}
-ss_status ss_detect_block_cuda(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                               const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
-                               ss_spike_list *out) {
+ss_status ss_detect_block_cuda(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg, const ss_detect_graph *g,
+                               const ss_thresholds *th, const ss_detect_block *blk, ss_spike_list *out) {
   return ss_cuda_not_built(ctx, "detect");
 }
 
@@ -113,8 +112,7 @@ ss_status ss_kmeans_gpu_pp(ss_ctx *ctx, ss_kmeans_gpu *g, uint64_t seed, float *
 ss_status ss_kmeans_gpu_lloyd(ss_ctx *ctx, ss_kmeans_gpu *g, const float *init_c, ss_kmeans_result *res) {
   return ss_cuda_not_built(ctx, "kmeans");
 }
-ss_status ss_kmeans_gpu_assign(ss_ctx *ctx, ss_kmeans_gpu *g, const float *centroids_c, int32_t *labels,
-                               float *dist) {
+ss_status ss_kmeans_gpu_assign(ss_ctx *ctx, ss_kmeans_gpu *g, const float *centroids_c, int32_t *labels, float *dist) {
   return ss_cuda_not_built(ctx, "kmeans");
 }
 void ss_kmeans_gpu_close(ss_kmeans_gpu *g) {}
@@ -143,8 +141,8 @@ ss_status ss_knn_cuda_search_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_
 
 /* ---- masked EM ---- */
 
-ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n,
-                              int64_t d, const ss_mask_em_opts *o, ss_mask_em_result *res) {
+ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n, int64_t d,
+                              const ss_mask_em_opts *o, ss_mask_em_result *res) {
   memset(res, 0, sizeof(*res)); /* empty, as the CUDA fit leaves it on failure: the caller may free it */
   return ss_cuda_not_built(ctx, "masked EM");
 }
@@ -168,8 +166,8 @@ ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_live_mod
   *out = NULL; /* no handle */
   return ss_cuda_not_built(ctx, "live");
 }
-ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t drop, const int16_t *rows, int64_t n,
-                              int want_flag, int *strong) {
+ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t drop, const int16_t *rows, int64_t n, int want_flag,
+                              int *strong) {
   return ss_cuda_not_built(ctx, "live");
 }
 ss_status ss_live_cuda_detect(ss_ctx *ctx, ss_live_cuda *g, const ss_detect_block *blk, int64_t open_row,

@@ -280,8 +280,8 @@ void ss_fe_detect_regions(const ss_fe_state *fs, int64_t left, int64_t n, int64_
   blk->own_end = left + n;
 }
 
-static ss_status run_chunks(ss_ctx *ctx, const ss_backend *be, fe_state *fs, ss_source *src, int64_t chunk,
-                            accum *acc, ss_frontend_model *model) {
+static ss_status run_chunks(ss_ctx *ctx, const ss_backend *be, fe_state *fs, ss_source *src, int64_t chunk, accum *acc,
+                            ss_frontend_model *model) {
   SS_TRY(ss_source_configure(ctx, src, chunk, fs->margin, fs->margin));
   const int T = n_threads_of(be), W = fs->cfg.n_before + fs->cfg.n_after, F = fs->C * fs->pca->n_pcs;
   int64_t n_chunks = ss_source_n_chunks(src);
@@ -394,8 +394,8 @@ static ss_status setup(ss_ctx *ctx, const ss_params *p, ss_source *src, const ss
   return SS_OK;
 }
 
-ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src,
-                          const ss_probe *probe, ss_spikes *out, ss_frontend_model *model) {
+ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
+                          ss_spikes *out, ss_frontend_model *model) {
   memset(out, 0, sizeof(*out));
   memset(model, 0, sizeof(*model));
   fe_state fs;
@@ -428,8 +428,10 @@ ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
   model->detect = fs.cfg;
   model->margin = fs.margin;
   if (model->n_truncated > 0)
-    ss_log_warn(ctx, "detect: %lld spikes reached the end of the chunk margin; raise io.margin_ms for exact "
-                     "chunk-size independence", (long long)model->n_truncated);
+    ss_log_warn(ctx,
+                "detect: %lld spikes reached the end of the chunk margin; raise io.margin_ms for exact "
+                "chunk-size independence",
+                (long long)model->n_truncated);
   ss_detect_graph_free(&fs.graph);
   ss_spike_list_free(&acc.list);
   free(acc.features);

@@ -21,7 +21,7 @@ constexpr double kMemFraction = 0.25; /* of free device memory for the lanes' ch
 /* device bytes per sample and channel in one lane: raw int16, µV, filtered, the filter's
  * intermediate pass and detection's node image (4 bytes each), with room for the scratch */
 constexpr double kLaneBytesPerValue = 2 + 4 * 4 + 6;
-constexpr double kMinChunkS = 1.0;    /* below this the margins dominate: refuse instead */
+constexpr double kMinChunkS = 1.0; /* below this the margins dominate: refuse instead */
 constexpr int kThreads = 256;
 
 /* --- the reader thread -------------------------------------------------------------------------- */
@@ -66,8 +66,8 @@ static void *reader_main(void *arg) {
     size_t count = 0;
     if (st == SS_OK) {
       count = (size_t)(ch.left + ch.n + ch.right) * (size_t)ch.n_channels;
-      if (count > s.cap) st = ss_fail(&r->ctx, SS_ERR_INTERNAL, "front end: chunk %lld larger than its buffer",
-                                      (long long)i);
+      if (count > s.cap)
+        st = ss_fail(&r->ctx, SS_ERR_INTERNAL, "front end: chunk %lld larger than its buffer", (long long)i);
     }
     if (st == SS_OK) {
       memcpy(s.host, ch.data, count * sizeof(int16_t));
@@ -238,15 +238,16 @@ static ss_status lane_front(ss_ctx *ctx, const pass *ps, lane *l, in_slot *in) {
   SS_CUDA_TRY(ctx, cudaEventRecord(l->ev[EV_UPLOADED], l->stream));
   SS_CUDA_TRY(ctx, cudaEventRecord(in->uploaded, l->stream));
   k_convert<<<(unsigned)grid_of((int64_t)count), kThreads, 0, l->stream>>>(l->d_raw, rows, C, ps->d_scale,
-                                                                            fs->info->offset_uv, vb, ve, l->d_x);
+                                                                           fs->info->offset_uv, vb, ve, l->d_x);
   SS_CUDA_TRY_LAUNCH(ctx, "convert");
   /* rows outside the recording stay 0 after filtering, as on the CPU */
   SS_CUDA_TRY(ctx, cudaMemsetAsync(l->d_f, 0, (size_t)vb * C * sizeof(float), l->stream));
   SS_CUDA_TRY(ctx, cudaMemsetAsync(l->d_f + ve * C, 0, (size_t)(rows - ve) * C * sizeof(float), l->stream));
   if (ve > vb) {
     /* filter.causal (the model's live twin): forward only, from the steady state of the first valid row */
-    SS_TRY((fs->p->filter.causal ? ss_filter_forward_cuda : ss_filter_zero_phase_cuda)(
-        ctx, ps->be, &fs->filter, l->d_x + vb * C, ve - vb, C, l->d_f + vb * C, l->stream));
+    SS_TRY((fs->p->filter.causal ? ss_filter_forward_cuda : ss_filter_zero_phase_cuda)(ctx, ps->be, &fs->filter,
+                                                                                       l->d_x + vb * C, ve - vb, C,
+                                                                                       l->d_f + vb * C, l->stream));
     if (fs->p->filter.common_reference == SS_CMR_MEDIAN)
       SS_TRY(ss_filter_common_median_cuda(ctx, ps->be, l->d_f + vb * C, ve - vb, C, fs->graph.use, l->stream));
   }

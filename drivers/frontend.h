@@ -35,12 +35,12 @@ typedef struct {
   int64_t n;
   int n_channels, n_pcs;
   double rate_hz;
-  int64_t *time_samples;  /* nearest sample of the sub-sample time */
-  float *time_fraction;   /* in [−0.5, 0.5): time = time_samples + time_fraction */
+  int64_t *time_samples; /* nearest sample of the sub-sample time */
+  float *time_fraction;  /* in [−0.5, 0.5): time = time_samples + time_fraction */
   int32_t *peak_channel;
-  float *amplitude;       /* filtered value at the peak, µV (signed) */
-  float *features;        /* [n × n_channels·n_pcs] */
-  float *masks;           /* [n × n_channels] */
+  float *amplitude; /* filtered value at the peak, µV (signed) */
+  float *features;  /* [n × n_channels·n_pcs] */
+  float *masks;     /* [n × n_channels] */
 } ss_spikes;
 
 void ss_spikes_free(ss_spikes *s);
@@ -51,7 +51,7 @@ typedef struct {
   ss_thresholds thresholds;
   ss_pca pca;
   ss_detect_config detect;
-  int margin;               /* samples on each side of a chunk */
+  int margin; /* samples on each side of a chunk */
   int64_t chunk_samples;
   int64_t n_chunks;
   int64_t n_excerpts;
@@ -79,8 +79,8 @@ int ss_frontend_margin(const ss_params *p, const ss_filter *f, const ss_detect_c
 
 /* Run the front end over `src` (opened; it is reconfigured here) with the backend's threads.
  * probe NULL: every channel used and none adjacent. */
-ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src,
-                          const ss_probe *probe, ss_spikes *out, ss_frontend_model *model);
+ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
+                          ss_spikes *out, ss_frontend_model *model);
 
 #ifdef __cplusplus
 }

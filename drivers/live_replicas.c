@@ -19,8 +19,8 @@ typedef struct {
   int16_t *rows;
   int64_t cap, n; /* rows allocated, rows held */
   double t_arrival;
-  int kind;        /* SLOT_* */
-  ss_status st;    /* SLOT_ERROR */
+  int kind;     /* SLOT_* */
+  ss_status st; /* SLOT_ERROR */
   char msg[512];
   atomic_llong first_ns; /* when the first replica started it (0: none yet) */
 } slot;
@@ -60,7 +60,7 @@ struct shared {
   int64_t claimed;                           /* under the output turn: pushes emitted */
   pthread_mutex_t read_turn, out_turn;
   atomic_int stop;
-  ss_status st; /* the first failure, under the output turn */
+  ss_status st;        /* the first failure, under the output turn */
   ss_live_stats stats; /* under the output turn */
 };
 
@@ -110,7 +110,10 @@ static void read_one(shared *sh) {
   int kind = SS_LIVE_READ_ROWS;
   ss_status st = sh->io->read(&sh->read_ctx, sh->io->user, &rows, &n, &t_arr, &kind);
   if (st == SS_OK && kind == SS_LIVE_READ_ROWS && n == 0) return;
-  s->kind = st != SS_OK ? SLOT_ERROR : kind == SS_LIVE_READ_END ? SLOT_END : kind == SS_LIVE_READ_DONE ? SLOT_DONE : SLOT_ROWS;
+  s->kind = st != SS_OK                 ? SLOT_ERROR
+            : kind == SS_LIVE_READ_END  ? SLOT_END
+            : kind == SS_LIVE_READ_DONE ? SLOT_DONE
+                                        : SLOT_ROWS;
   s->st = st;
   s->n = 0;
   atomic_store(&s->first_ns, 0);

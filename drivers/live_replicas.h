@@ -46,14 +46,14 @@ typedef struct {
 } ss_live_replica_io;
 
 typedef struct {
-  int n;                           /* replicas, 1..SS_LIVE_MAX_REPLICAS */
-  ss_live_engine *const *engines;  /* one per replica, opened on the same model with the same options */
-  const ss_backend *const *bes;    /* each engine's backend (bound by its replica's thread) */
-  const int *cpus;                 /* NULL, or per replica a CPU to pin its thread to (< 0: not pinned) */
+  int n;                          /* replicas, 1..SS_LIVE_MAX_REPLICAS */
+  ss_live_engine *const *engines; /* one per replica, opened on the same model with the same options */
+  const ss_backend *const *bes;   /* each engine's backend (bound by its replica's thread) */
+  const int *cpus;                /* NULL, or per replica a CPU to pin its thread to (< 0: not pinned) */
   int n_channels;
   double rate_hz;
-  double block_s;                  /* overrun threshold after arrival (> 0), else each read's own n / rate */
-  int64_t ring;                    /* reads the ring holds (0: SS_LIVE_REPLICA_RING) */
+  double block_s; /* overrun threshold after arrival (> 0), else each read's own n / rate */
+  int64_t ring;   /* reads the ring holds (0: SS_LIVE_REPLICA_RING) */
 } ss_live_replicas_opts;
 
 #define SS_LIVE_REPLICA_RING 4096

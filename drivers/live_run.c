@@ -57,9 +57,12 @@ static ss_status source_spec_make(ss_ctx *ctx, const ss_live_run_opts *o, int tr
     return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: live source");
   }
   if (s->token) memcpy(s->token, o->token, o->token_len);
-  s->link = (ss_link_opts){.timeout_s = o->connect_timeout_s, .token = s->token, .token_len = o->token_len,
+  s->link = (ss_link_opts){.timeout_s = o->connect_timeout_s,
+                           .token = s->token,
+                           .token_len = o->token_len,
                            .idle_timeout_s = o->idle_timeout_s};
-  s->frames = (ss_frame_reader_opts){.raw = o->raw, .rate_hz = rate_hz,
+  s->frames = (ss_frame_reader_opts){.raw = o->raw,
+                                     .rate_hz = rate_hz,
                                      .expected_by = trains ? "--channels, --rate" : "the model"};
   s->n_channels = n_channels;
   s->read_max_rows = read_max_rows;
@@ -125,7 +128,7 @@ typedef struct {
   int reader_done; /* the engine loop took the reader's last item */
   /* the reader's side: copies, so that a reader left behind needs nothing of the caller's */
   source_spec src;
-  ss_ctx log;      /* the caller's logging settings (refused connections are logged) */
+  ss_ctx log; /* the caller's logging settings (refused connections are logged) */
   int spin, reconnect, n_channels;
   const volatile sig_atomic_t *stop;
   ss_live_run_hooks hooks;
@@ -329,7 +332,8 @@ static ss_status write_spike(ss_ctx *ctx, void *user, const ss_live_spike *spike
     return ss_link_write(ctx, k->out, rec, sizeof(rec));
   }
   char line[256];
-  int len = snprintf(line, sizeof(line), "{\"t\": %lld, \"unit\": %d, \"amp\": %.2f, \"channel\": %d, \"latency_us\": %.1f}\n",
+  int len = snprintf(line, sizeof(line),
+                     "{\"t\": %lld, \"unit\": %d, \"amp\": %.2f, \"channel\": %d, \"latency_us\": %.1f}\n",
                      (long long)s->t, (int)s->unit, (double)s->amp, (int)s->channel, (double)s->latency_us);
   return ss_link_write(ctx, k->out, line, (size_t)len);
 }
@@ -591,8 +595,8 @@ static ss_status replicas_run(ss_ctx *ctx, runner *run, const ss_backend *be0, c
   atomic_init(&p.stats_due, LLONG_MAX);
   atomic_init(&p.idle_due, LLONG_MAX);
   ss_live_replica_io io = {spin_ready, replica_read, replica_emit, &p};
-  ss_live_replicas_opts ro = {set.n, set.es, set.bp, o->n_pins ? o->pins : NULL, m->n_channels, m->rate_hz,
-                              o->engine.block_s, 0};
+  ss_live_replicas_opts ro = {
+      set.n, set.es, set.bp, o->n_pins ? o->pins : NULL, m->n_channels, m->rate_hz, o->engine.block_s, 0};
   ss_status st = ss_live_replicas_run(ctx, &ro, &io, stats);
   spin_close(&p);
   ss_live_replica_set_close(&set);
@@ -754,11 +758,14 @@ static void report(const runner *run, ss_status st, int trains, ss_live_run_stat
   if (run->e) {
     out->labelled = 1;
     if (!o->replicas) ss_live_get_stats(run->e, &out->stats);
-    if (o->stats_out) ss_live_stats_print(o->stats_out, st == SS_OK ? "live: done" : "live: stopped", &out->stats, run->rate_hz);
+    if (o->stats_out)
+      ss_live_stats_print(o->stats_out, st == SS_OK ? "live: done" : "live: stopped", &out->stats, run->rate_hz);
   }
   if (trains && o->stats_out)
-    fprintf(o->stats_out, "live: training: %lld samples (%.1f s) fitted in %.1f s; %lld samples arrived while fitting, not labelled\n",
-            (long long)out->train_rows, (double)out->train_rows / run->rate_hz, out->fit_s, (long long)out->skipped_rows);
+    fprintf(
+        o->stats_out,
+        "live: training: %lld samples (%.1f s) fitted in %.1f s; %lld samples arrived while fitting, not labelled\n",
+        (long long)out->train_rows, (double)out->train_rows / run->rate_hz, out->fit_s, (long long)out->skipped_rows);
 }
 
 ss_status ss_live_run(ss_ctx *ctx, const ss_live_run_opts *o, ss_live_run_stats *out) {
@@ -803,8 +810,7 @@ ss_status ss_live_run(ss_ctx *ctx, const ss_live_run_opts *o, ss_live_run_stats 
   queue *q = NULL;
   pthread_t reader;
   int started = 0;
-  if (st == SS_OK && !workers)
-    st = reader_start(ctx, o, run.stop, &run.src, &q, &reader, &started);
+  if (st == SS_OK && !workers) st = reader_start(ctx, o, run.stop, &run.src, &q, &reader, &started);
   ss_live_trainer *tr = NULL;
   train_state ts = {0, 0};
   if (st == SS_OK && trains) {

@@ -31,8 +31,8 @@ extern "C" {
 #endif
 
 #define SS_LIVE_RUN_QUEUE_MAX_BYTES ((size_t)256 << 20)
-#define SS_LIVE_RUN_READ_MAX_S 0.1 /* default: at most this much signal per read */
-#define SS_LIVE_RUN_SPIN_WORKERS 2 /* spin: default workers (a second one stands by) */
+#define SS_LIVE_RUN_READ_MAX_S 0.1  /* default: at most this much signal per read */
+#define SS_LIVE_RUN_SPIN_WORKERS 2  /* spin: default workers (a second one stands by) */
 #define SS_LIVE_RUN_RECORD_BYTES 24 /* a binary record */
 
 /* One push, for ss_live_run_hooks.pushed. */
@@ -59,8 +59,8 @@ typedef struct {
 
 /* Fitting the model on the stream's first seconds (drivers/live_train.h). */
 typedef struct {
-  double seconds;          /* > 0: train; the rows that arrive while the model is fitted are counted, not labelled */
-  int n_channels;          /* channels per frame (the stream header must agree, unless raw) */
+  double seconds; /* > 0: train; the rows that arrive while the model is fitted are counted, not labelled */
+  int n_channels; /* channels per frame (the stream header must agree, unless raw) */
   double rate_hz;
   double uv_per_step;      /* µV per int16 step */
   const char *probe_path;  /* NULL: `sort`'s default */
@@ -75,9 +75,9 @@ typedef struct {
   int raw;                  /* the source has no stream header (io/link.h): channels and rate are trusted */
   const char *token;        /* shared token of the source and output links (NULL: none; io/link.h) */
   size_t token_len;
-  int reconnect;            /* after a disconnect wait for the next connection (the engine restarts, the
+  int reconnect;         /* after a disconnect wait for the next connection (the engine restarts, the
                                counters go on) until *stop */
-  int64_t read_max_rows;    /* rows per read at most (0: SS_LIVE_RUN_READ_MAX_S of signal) */
+  int64_t read_max_rows; /* rows per read at most (0: SS_LIVE_RUN_READ_MAX_S of signal) */
   /* the model: model (borrowed), else model_path (model.h5 of `sort`), else train.seconds > 0 */
   const ss_live_model *model;
   const char *model_path;
@@ -93,10 +93,10 @@ typedef struct {
   int inline_read;           /* no reader thread: the calling thread reads and pushes (not with spin, train) */
   const int *pins;           /* NULL, or per worker / replica a CPU (queue mode: pins[0], the engine thread) */
   int n_pins;
-  int realtime;              /* run the calling thread SCHED_FIFO at realtime_priority (a refusal warns) */
+  int realtime; /* run the calling thread SCHED_FIFO at realtime_priority (a refusal warns) */
   int realtime_priority;
-  double stats_every_s;      /* seconds between counter lines on stats_out (0, and replicas: only at the end) */
-  FILE *stats_out;           /* NULL: no counter lines */
+  double stats_every_s;              /* seconds between counter lines on stats_out (0, and replicas: only at the end) */
+  FILE *stats_out;                   /* NULL: no counter lines */
   const volatile sig_atomic_t *stop; /* NULL, or a flag (a signal handler's) that outlives the run: stop
                                         after what was received */
   ss_live_run_hooks hooks;
@@ -107,10 +107,10 @@ typedef struct {
 void ss_live_run_opts_defaults(ss_live_run_opts *o);
 
 typedef struct {
-  int labelled;                /* an engine ran: `stats` holds its counters */
-  ss_live_stats stats;         /* the engine's (replicas: the runner's, drivers/live_replicas.h) */
-  ss_live_workers_stats idle;  /* spin and inline: the workers' idle gaps */
-  double t_start, t_end;       /* ss_now() when the reading loop started and when it ended (after the last flush) */
+  int labelled;               /* an engine ran: `stats` holds its counters */
+  ss_live_stats stats;        /* the engine's (replicas: the runner's, drivers/live_replicas.h) */
+  ss_live_workers_stats idle; /* spin and inline: the workers' idle gaps */
+  double t_start, t_end;      /* ss_now() when the reading loop started and when it ended (after the last flush) */
   double rate_hz;
   int n_channels;
   /* train */

@@ -66,7 +66,8 @@ static ss_status make_dir(ss_ctx *ctx, ss_live_trainer *t) {
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
   snprintf(t->dir, sizeof(t->dir), "%s/" SS_LIVE_TRAIN_TEMPLATE, tmp);
-  if (!mkdtemp(t->dir)) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create a temporary directory: %s", t->dir, strerror(errno));
+  if (!mkdtemp(t->dir))
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot create a temporary directory: %s", t->dir, strerror(errno));
   t->temporary = 1;
   return SS_OK;
 }
@@ -156,7 +157,8 @@ ss_status ss_live_train_finish(ss_ctx *ctx, ss_live_trainer *t, ss_live_model *m
   *fit_s = t->fit_s;
   *n_units = t->n_units;
   if (t->fit_st != SS_OK)
-    return ss_fail(ctx, t->fit_st, "--train-seconds: fitting the model on %s: %s", t->bin, ss_error_message(&t->fit_ctx));
+    return ss_fail(ctx, t->fit_st, "--train-seconds: fitting the model on %s: %s", t->bin,
+                   ss_error_message(&t->fit_ctx));
   return ss_live_model_load(ctx, t->model, m);
 }
 

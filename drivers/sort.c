@@ -167,10 +167,9 @@ static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_st
 
 static ss_status run_frontend(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   if (be->kind == SS_DEVICE_CUDA)
-    ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features",
-                be->gpu.name, be->n_threads);
-  else
-    ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
+    ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features", be->gpu.name,
+                be->n_threads);
+  else ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
   SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
   s->sum->n_spikes = s->spikes.n;
   return SS_OK;
@@ -192,8 +191,10 @@ static ss_status run_mask_em(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s
   ss_status st = em_subset(ctx, s, &sub, &m);
   if (st == SS_OK) st = gather_rows(ctx, sp, sub, m, &x, &mk);
   if (st == SS_OK && m < n)
-    ss_log_info(ctx, "sort: masked EM on %" PRId64 " of %" PRId64 " spikes (sort.em_max_spikes), the others by a "
-                "vote of their %" PRId64 " nearest", m, n, s->o->params.sort.assign_k);
+    ss_log_info(ctx,
+                "sort: masked EM on %" PRId64 " of %" PRId64 " spikes (sort.em_max_spikes), the others by a "
+                "vote of their %" PRId64 " nearest",
+                m, n, s->o->params.sort.assign_k);
   if (st == SS_OK) st = fit_subset(ctx, be, s, x, mk, m, &r);
   free(mk);
   if (st == SS_OK)
@@ -306,9 +307,10 @@ static ss_status run_templates(ss_ctx *ctx, ss_sort_state *s) {
   ss_templates_result r;
   double t0 = ss_now();
   SS_TRY(ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r));
-  ss_log_info(ctx, "sort: templates: %" PRId64 " units of %" PRId64 " clusters, %" PRId64 " spikes moved, noise %" PRId64
-              " -> %" PRId64 " spikes, %.2f s", r.n_units, r.k_in - 1, r.n_moved, r.n_noise_in, r.n_noise_out,
-              ss_now() - t0);
+  ss_log_info(ctx,
+              "sort: templates: %" PRId64 " units of %" PRId64 " clusters, %" PRId64 " spikes moved, noise %" PRId64
+              " -> %" PRId64 " spikes, %.2f s",
+              r.n_units, r.k_in - 1, r.n_moved, r.n_noise_in, r.n_noise_out, ss_now() - t0);
   s->k = r.k_out;
   return SS_OK;
 }
@@ -380,7 +382,8 @@ static ss_status run_all(ss_ctx *ctx, const ss_sort_opts *o, const ss_backend *b
 ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) {
   memset(sum, 0, sizeof(*sum));
   double t_start = ss_now();
-  if (!o->out_dir || !o->spec.path) return ss_fail(ctx, SS_ERR_USAGE, "sort: an input and an output directory are needed");
+  if (!o->out_dir || !o->spec.path)
+    return ss_fail(ctx, SS_ERR_USAGE, "sort: an input and an output directory are needed");
   ss_backend be;
   const char *device = NULL;
   SS_TRY(open_backend(ctx, o, &be, &device));
@@ -414,12 +417,14 @@ void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_di
   double total = s->t_total_s > 0 ? s->t_total_s : 1e-9;
   fprintf(f, "sorted %.1f s of %d channels -> %s\n", s->duration_s, s->n_channels, out_dir);
   fprintf(f, "spikes:            %" PRId64 "\n", s->n_spikes);
-  fprintf(f, "clusters:          %" PRId64 " from masked EM (%" PRId64 " iterations), %" PRId64 " after %" PRId64
-             " merges (noise cluster 0 included)\n",
+  fprintf(f,
+          "clusters:          %" PRId64 " from masked EM (%" PRId64 " iterations), %" PRId64 " after %" PRId64
+          " merges (noise cluster 0 included)\n",
           s->n_clusters_raw, s->em_iterations, s->n_clusters, s->n_merges);
   if (s->em_spikes < s->n_spikes)
-    fprintf(f, "masked EM on:      %" PRId64 " of the spikes (sort.em_max_spikes); the other %" PRId64
-               " labelled by nearest-neighbour vote in %.2f s\n",
+    fprintf(f,
+            "masked EM on:      %" PRId64 " of the spikes (sort.em_max_spikes); the other %" PRId64
+            " labelled by nearest-neighbour vote in %.2f s\n",
             s->em_spikes, s->n_spikes - s->em_spikes, s->t_assign_s);
   fprintf(f, "time per stage:    front end %.2f s, masked EM %.2f s, merge %.2f s, outputs %.2f s\n", s->t_frontend_s,
           s->t_cluster_s, s->t_merge_s, s->t_output_s);

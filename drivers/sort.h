@@ -39,15 +39,15 @@ extern "C" {
 #define SS_SORT_DEFAULT_PROBE "params/probes/two_column_32.json" /* relative to the source tree */
 
 typedef struct {
-  ss_source_spec spec;     /* spec.path: the recording */
-  const char *probe_path;  /* NULL: the file's electrode positions, else the default 32-channel probe */
+  ss_source_spec spec;    /* spec.path: the recording */
+  const char *probe_path; /* NULL: the file's electrode positions, else the default 32-channel probe */
   const char *out_dir;
-  ss_params params;        /* resolved (defaults + file) and validated by the caller */
+  ss_params params; /* resolved (defaults + file) and validated by the caller */
   ss_device_kind device;
-  int n_threads;           /* <= 0: all */
-  int merge;               /* 1: merge (default when params.merge.enabled), 0: keep raw clusters */
-  int check_phy;           /* run ss_phy_check on the written folder */
-  int test_kill_at;        /* test hook, 0: off: SIGKILL at this output-set step (ss_outset.kill_at) */
+  int n_threads;    /* <= 0: all */
+  int merge;        /* 1: merge (default when params.merge.enabled), 0: keep raw clusters */
+  int check_phy;    /* run ss_phy_check on the written folder */
+  int test_kill_at; /* test hook, 0: off: SIGKILL at this output-set step (ss_outset.kill_at) */
 } ss_sort_opts;
 
 /* Fill opts with defaults (params defaults, AUTO device, all threads, merge per params). */
@@ -55,19 +55,19 @@ void ss_sort_opts_defaults(ss_sort_opts *o);
 
 typedef struct {
   int64_t n_spikes;
-  int64_t n_clusters_raw;    /* masked EM clusters, noise included */
-  int64_t n_clusters;        /* after the merge, noise included */
+  int64_t n_clusters_raw; /* masked EM clusters, noise included */
+  int64_t n_clusters;     /* after the merge, noise included */
   int64_t n_merges;
   int64_t em_iterations;
-  int64_t em_spikes;         /* spikes masked EM ran on (the others were assigned by KNN) */
-  double t_assign_s;         /* of those assignments (inside t_cluster_s) */
-  double duration_s;         /* of the recording */
+  int64_t em_spikes; /* spikes masked EM ran on (the others were assigned by KNN) */
+  double t_assign_s; /* of those assignments (inside t_cluster_s) */
+  double duration_s; /* of the recording */
   int n_channels;
   int n_threads;
   double t_frontend_s, t_cluster_s, t_merge_s, t_output_s, t_total_s;
   uint32_t input_crc32;
-  int32_t *labels_raw;       /* [n_spikes] masked EM labels, 0 = noise (caller frees) */
-  int32_t *labels;           /* [n_spikes] final labels, 0 = noise (caller frees) */
+  int32_t *labels_raw;         /* [n_spikes] masked EM labels, 0 = noise (caller frees) */
+  int32_t *labels;             /* [n_spikes] final labels, 0 = noise (caller frees) */
   char base[SS_SORT_PATH_MAX]; /* BASE of the KlustaKwik files */
 } ss_sort_summary;
 

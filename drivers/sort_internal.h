@@ -27,17 +27,17 @@ typedef struct {
   int64_t k_raw;
   int32_t *labels;
   int64_t k;
-  int merged;             /* the merge ran */
-  ss_merge_result merge;  /* the first merge pass (results.h5 /merges) */
+  int merged;                     /* the merge ran */
+  ss_merge_result merge;          /* the first merge pass (results.h5 /merges) */
   int64_t n_merges_after_cleanup; /* merges of the pass after the cleanup */
-  ss_cluster_stats stats; /* of the final labels */
+  ss_cluster_stats stats;         /* of the final labels */
   uint32_t crc;
-  const char *device;     /* where masked EM ran, in words */
+  const char *device; /* where masked EM ran, in words */
   ss_sort_summary *sum;
-  int has_live;           /* the causal twin below was fitted (model.h5 /live) */
+  int has_live; /* the causal twin below was fitted (model.h5 /live) */
   ss_frontend_model live_fe;
   ss_live_twin live;
-  const char *write_dir;  /* where the writers put the outputs: the output set's temporary folder */
+  const char *write_dir; /* where the writers put the outputs: the output set's temporary folder */
 } ss_sort_state;
 
 /* The causal twin of the model (sort.live_model): a second front-end pass with filter.causal = 1

@@ -37,8 +37,9 @@ static ss_status calibrate_live(ss_ctx *ctx, const ss_backend *be, ss_source *sr
   const ss_params *p = &s->o->params;
   const double min_factor = p->sort.live_min_factor;
   if (!(p->detect.strong_std * min_factor > p->detect.weak_std))
-    return ss_fail(ctx, SS_ERR_INPUT, "sort.live_min_factor: %g x detect.strong_std %g: expected above detect.weak_std %g",
-                   min_factor, p->detect.strong_std, p->detect.weak_std);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "sort.live_min_factor: %g x detect.strong_std %g: expected above detect.weak_std %g", min_factor,
+                   p->detect.strong_std, p->detect.weak_std);
   ss_params cp = causal_params(p, min_factor);
   SS_TRY(ss_frontend_run(ctx, be, &cp, src, s->probe, cand, cfe));
   float *strength = NULL;
@@ -128,10 +129,14 @@ static ss_status fit_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src
 ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   const double twin_s = s->o->params.sort.live_twin_seconds, dur = ss_source_get_info(src)->duration_s;
   if (twin_s > 0 && twin_s < dur)
-    ss_log_info(ctx, "sort: live twin: the front end again with the causal filter over the first %g of %g s "
-                "(sort.live_twin_seconds), calibrating its threshold (sort.live_model)", twin_s, dur);
+    ss_log_info(ctx,
+                "sort: live twin: the front end again with the causal filter over the first %g of %g s "
+                "(sort.live_twin_seconds), calibrating its threshold (sort.live_model)",
+                twin_s, dur);
   else
-    ss_log_info(ctx, "sort: live twin: the front end again with the causal filter, calibrating its threshold (sort.live_model)");
+    ss_log_info(
+        ctx,
+        "sort: live twin: the front end again with the causal filter, calibrating its threshold (sort.live_model)");
   ss_ctx tctx = *ctx; /* a failure here is a warning, not the sort's error */
   ss_ctx_clear(&tctx);
   ss_status st = fit_live_twin(&tctx, be, src, s);
@@ -149,10 +154,13 @@ ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
   }
   const ss_live_twin *t = &s->live;
   const ss_filter *f = &s->live_fe.filter;
-  ss_log_info(ctx, "live twin: causal filter order %d, %g-%g Hz; strong threshold x%.3f: %.1f %% of the offline spikes "
-              "have a causal partner (%.1f %% at x1)", f->order, f->low_hz, f->high_hz, t->calibration.factor,
-              100.0 * t->calibration.achieved, 100.0 * t->calibration.at_one);
-  ss_log_info(ctx, "live twin: %" PRId64 " causal spikes, %" PRId64 " matched to units (%.1f %%), offset %.2f samples; "
+  ss_log_info(ctx,
+              "live twin: causal filter order %d, %g-%g Hz; strong threshold x%.3f: %.1f %% of the offline spikes "
+              "have a causal partner (%.1f %% at x1)",
+              f->order, f->low_hz, f->high_hz, t->calibration.factor, 100.0 * t->calibration.achieved,
+              100.0 * t->calibration.at_one);
+  ss_log_info(ctx,
+              "live twin: %" PRId64 " causal spikes, %" PRId64 " matched to units (%.1f %%), offset %.2f samples; "
               "%" PRId64 " centroids for %" PRId64 " units",
               t->n_causal, t->n_matched, t->n_causal > 0 ? 100.0 * (double)t->n_matched / (double)t->n_causal : 0.0,
               t->offset, t->k, t->n_units);

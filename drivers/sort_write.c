@@ -49,7 +49,8 @@ static ss_status write_clusters_group(ss_ctx *ctx, hid_t f, const ss_sort_state 
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "peak_channel", H5T_NATIVE_INT32, K, 0, c->peak_channel, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "amplitude_mean", H5T_NATIVE_FLOAT, K, 0, c->amp_mean, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "amplitude_sd", H5T_NATIVE_FLOAT, K, 0, c->amp_sd, path);
-  if (st == SS_OK) st = ss_results_dataset(ctx, g, "refractory_violation_fraction", H5T_NATIVE_DOUBLE, K, 0, c->viol_fraction, path);
+  if (st == SS_OK)
+    st = ss_results_dataset(ctx, g, "refractory_violation_fraction", H5T_NATIVE_DOUBLE, K, 0, c->viol_fraction, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "mean_features", H5T_NATIVE_FLOAT, K, D, c->centroid, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "feature_variance", H5T_NATIVE_FLOAT, K, D, c->variance, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "mean_mask", H5T_NATIVE_FLOAT, K, c->C, c->mean_mask, path);
@@ -233,10 +234,13 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
   const int64_t N = sp->n, K = c->k;
   const int C = c->C, W = c->W, P = c->P;
   size_t n1 = (size_t)(N > 0 ? N : 1);
-  if (SS_ALLOC(ctx, b->amplitudes, n1, "phy amplitudes") || SS_ALLOC(ctx, b->templates, (size_t)K * W * C, "phy templates") ||
+  if (SS_ALLOC(ctx, b->amplitudes, n1, "phy amplitudes") ||
+      SS_ALLOC(ctx, b->templates, (size_t)K * W * C, "phy templates") ||
       SS_ALLOC(ctx, b->positions, (size_t)C * 2, "phy positions") ||
-      SS_ALLOC(ctx, b->pc_features, n1 * P * F, "phy pc_features") || SS_ALLOC(ctx, b->similar, (size_t)K * K, "phy similar") ||
-      SS_ALLOC(ctx, b->channel_map, (size_t)C, "phy channel map") || SS_ALLOC(ctx, b->pc_ind, (size_t)K * F, "phy pc_feature_ind") ||
+      SS_ALLOC(ctx, b->pc_features, n1 * P * F, "phy pc_features") ||
+      SS_ALLOC(ctx, b->similar, (size_t)K * K, "phy similar") ||
+      SS_ALLOC(ctx, b->channel_map, (size_t)C, "phy channel map") ||
+      SS_ALLOC(ctx, b->pc_ind, (size_t)K * F, "phy pc_feature_ind") ||
       SS_ALLOC(ctx, b->ids, (size_t)K, "phy cluster ids") || SS_ALLOC(ctx, b->groups, (size_t)K, "phy cluster groups"))
     return SS_ERR_NOMEM;
   for (int64_t i = 0; i < N; i++) b->amplitudes[i] = fabsf(sp->amplitude[i]);
@@ -484,7 +488,9 @@ ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
   static const struct {
     const char *name;
     ss_status (*write)(ss_ctx *, const ss_sort_state *);
-  } outputs[] = {{"results.h5", write_results}, {"phy folder", write_phy}, {"KlustaKwik files", write_klustakwik},
+  } outputs[] = {{"results.h5", write_results},
+                 {"phy folder", write_phy},
+                 {"KlustaKwik files", write_klustakwik},
                  {"model.h5", write_model}};
   ss_outset os;
   SS_TRY(ss_outset_begin(ctx, &os, s->o->out_dir, s->o->test_kill_at));

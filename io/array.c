@@ -15,8 +15,8 @@ static const struct {
   size_t size;
   const char *name;
 } dtype_table[] = {
-    [SS_DT_U8] = {1, "uint8"},   [SS_DT_I16] = {2, "int16"},  [SS_DT_I32] = {4, "int32"},
-    [SS_DT_I64] = {8, "int64"},  [SS_DT_U32] = {4, "uint32"}, [SS_DT_U64] = {8, "uint64"},
+    [SS_DT_U8] = {1, "uint8"},    [SS_DT_I16] = {2, "int16"},   [SS_DT_I32] = {4, "int32"},
+    [SS_DT_I64] = {8, "int64"},   [SS_DT_U32] = {4, "uint32"},  [SS_DT_U64] = {8, "uint64"},
     [SS_DT_F32] = {4, "float32"}, [SS_DT_F64] = {8, "float64"},
 };
 
@@ -92,8 +92,7 @@ static double get_f64(const ss_array *a, int64_t i) {
 static void where(const ss_array *a, int64_t i, const char *what, char *buf, size_t len) {
   if (a->ndim == 2 && a->shape[1] > 0)
     snprintf(buf, len, "%s: row %" PRId64 ", column %" PRId64, what, i / a->shape[1], i % a->shape[1]);
-  else
-    snprintf(buf, len, "%s: element %" PRId64, what, i);
+  else snprintf(buf, len, "%s: element %" PRId64, what, i);
 }
 
 ss_status ss_array_to_f32(ss_ctx *ctx, const ss_array *a, int reject_nonfinite, const char *what, float **out) {

@@ -12,9 +12,7 @@
 extern "C" {
 #endif
 
-typedef enum {
-  SS_DT_U8 = 0, SS_DT_I16, SS_DT_I32, SS_DT_I64, SS_DT_U32, SS_DT_U64, SS_DT_F32, SS_DT_F64
-} ss_dtype;
+typedef enum { SS_DT_U8 = 0, SS_DT_I16, SS_DT_I32, SS_DT_I64, SS_DT_U32, SS_DT_U64, SS_DT_F32, SS_DT_F64 } ss_dtype;
 
 #define SS_ARRAY_MAX_DIMS 4
 

@@ -22,8 +22,8 @@ ss_status ss_atomic_begin(ss_ctx *ctx, ss_atomic_file *af, const char *path, int
   int dir_len = slash ? (int)(slash - path + 1) : 0;
   const char *base = slash ? slash + 1 : path;
   unsigned count = atomic_fetch_add(&tmp_counter, 1u);
-  int n = snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.%ld.%u", dir_len, path, base,
-                   (long)getpid(), count);
+  int n = snprintf(af->tmp_path, sizeof(af->tmp_path), "%.*s.%s.tmp.%ld.%u", dir_len, path, base, (long)getpid(),
+                   count);
   if (n < 0 || (size_t)n >= sizeof(af->tmp_path)) {
     af->tmp_path[0] = '\0';
     return ss_fail(ctx, SS_ERR_USAGE, "%s: path too long", path);
@@ -56,8 +56,7 @@ ss_status ss_atomic_commit(ss_ctx *ctx, ss_atomic_file *af) {
   if (rename(af->tmp_path, af->final_path) != 0) {
     int e = errno;
     ss_atomic_abort(af);
-    return ss_fail(ctx, SS_ERR_IO, "%s: cannot rename the temporary file into place: %s", af->final_path,
-                   strerror(e));
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot rename the temporary file into place: %s", af->final_path, strerror(e));
   }
   af->tmp_path[0] = '\0';
   return SS_OK;
@@ -74,7 +73,8 @@ ss_status ss_make_dir(ss_ctx *ctx, const char *dir) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
   struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return ss_fail(ctx, SS_ERR_IO, "%s: exists and is not a directory", dir);
   return SS_OK;
 }
 

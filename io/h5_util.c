@@ -183,9 +183,7 @@ int ss_h5_shape(hid_t dset, int64_t *dims) {
 void ss_h5_type_name(hid_t type, char *buf, size_t len) {
   size_t size = H5Tget_size(type);
   switch (H5Tget_class(type)) {
-    case H5T_INTEGER:
-      snprintf(buf, len, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", size * 8);
-      break;
+    case H5T_INTEGER: snprintf(buf, len, "%s%zu", H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int", size * 8); break;
     case H5T_FLOAT: snprintf(buf, len, "float%zu", size * 8); break;
     case H5T_STRING: snprintf(buf, len, "string"); break;
     case H5T_COMPOUND: snprintf(buf, len, "compound"); break;
@@ -194,8 +192,7 @@ void ss_h5_type_name(hid_t type, char *buf, size_t len) {
   }
 }
 
-ss_status ss_h5_read_f64_vector(ss_ctx *ctx, hid_t loc, const char *path, const char *file, double **out,
-                                int64_t *n) {
+ss_status ss_h5_read_f64_vector(ss_ctx *ctx, hid_t loc, const char *path, const char *file, double **out, int64_t *n) {
   *out = NULL;
   *n = 0;
   if (!ss_h5_is_dataset(loc, path)) return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: missing", file, path);

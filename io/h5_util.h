@@ -62,8 +62,7 @@ int64_t ss_h5_attr_len(hid_t obj, const char *name);
 int ss_h5_read_attr_f64s(hid_t obj, const char *name, double *out, int64_t n);
 
 /* Read a whole 1-D numeric dataset loc/path as doubles (malloc'd into *out, length *n). */
-ss_status ss_h5_read_f64_vector(ss_ctx *ctx, hid_t loc, const char *path, const char *file, double **out,
-                                int64_t *n);
+ss_status ss_h5_read_f64_vector(ss_ctx *ctx, hid_t loc, const char *path, const char *file, double **out, int64_t *n);
 
 /* Dataset shape: rank and dims (up to 8); returns rank, -1 on failure. */
 int ss_h5_shape(hid_t dset, int64_t *dims);

@@ -11,7 +11,8 @@
 #include "io/atomic_file.h"
 
 #define KK_FEATURE_FORMAT "%.9g" /* float32 exact */
-#define KK_MASK_FORMAT "%.9g" /* float32 exact: `cluster` on these files reproduces the labels of the run that wrote them */
+#define KK_MASK_FORMAT \
+  "%.9g" /* float32 exact: `cluster` on these files reproduces the labels of the run that wrote them */
 #define KK_TOKEN_SHOWN 40
 
 /* Read line 1 of a KlustaKwik file: one non-negative integer (`what` names it in messages). */
@@ -64,7 +65,8 @@ static ss_status read_table(ss_ctx *ctx, const char *path, const char *what, int
 /* Keep the first `keep` columns of every row, in place. */
 static void keep_columns(ss_matrix *m, int64_t keep) {
   if (keep == m->cols) return;
-  for (int64_t r = 0; r < m->rows; r++) memmove(m->data + r * keep, m->data + r * m->cols, (size_t)keep * sizeof(float));
+  for (int64_t r = 0; r < m->rows; r++)
+    memmove(m->data + r * keep, m->data + r * m->cols, (size_t)keep * sizeof(float));
   m->cols = keep;
 }
 
@@ -74,8 +76,8 @@ static ss_status read_masks(ss_ctx *ctx, const char *fet_path, const char *fmask
   SS_TRY(read_table(ctx, fmask_path, "the number of masks per row", 1, &header, masks));
   ss_status st = SS_OK;
   if (header != fet_cols)
-    st = ss_fail(ctx, SS_ERR_INPUT, "%s: line 1: %" PRId64 " masks per row, but %s has %" PRId64 " features", fmask_path,
-                 header, fet_path, fet_cols);
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: line 1: %" PRId64 " masks per row, but %s has %" PRId64 " features",
+                 fmask_path, header, fet_path, fet_cols);
   else if (masks->rows != features->rows)
     st = ss_fail(ctx, SS_ERR_INPUT, "%s: %" PRId64 " rows, but %s has %" PRId64, fmask_path, masks->rows, fet_path,
                  features->rows);
@@ -93,8 +95,9 @@ ss_status ss_kk_read_features(ss_ctx *ctx, const char *fet_path, const char *fma
   SS_TRY(read_table(ctx, fet_path, "the number of features", 0, &cols, features));
   if (drop_last >= cols) {
     ss_matrix_free(features);
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: drop_last_n_features = %" PRId64 " leaves no features (the file has %" PRId64 ")",
-                   fet_path, drop_last, cols);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: drop_last_n_features = %" PRId64 " leaves no features (the file has %" PRId64 ")", fet_path,
+                   drop_last, cols);
   }
   if (fmask_path) {
     ss_status st = read_masks(ctx, fet_path, fmask_path, cols, features, masks);
@@ -157,7 +160,8 @@ static ss_status write_table(ss_ctx *ctx, const char *path, const ss_matrix *m, 
   for (int64_t r0 = 0; r0 < m->rows && !ferror(af.f); r0 += block) {
     int64_t nb = m->rows - r0 < block ? m->rows - r0 : block;
 #pragma omp parallel for num_threads(n_threads > 0 ? n_threads : 1) schedule(static)
-    for (int64_t i = 0; i < nb; i++) len[i] = format_row(buf + i * row_cap, m->data + (r0 + i) * m->cols, m->cols, format);
+    for (int64_t i = 0; i < nb; i++)
+      len[i] = format_row(buf + i * row_cap, m->data + (r0 + i) * m->cols, m->cols, format);
     for (int64_t i = 0; i < nb; i++) fwrite(buf + i * row_cap, 1, len[i], af.f);
   }
   free(buf);

@@ -30,23 +30,23 @@
 #include "core/log.h"
 
 #define SS_LINK_URI_MAX 1024
-#define SS_LINK_MAX_ADDRS 8           /* addresses tried per host name */
-#define SS_LINK_RETRY_S 0.02          /* pause between connect attempts while the peer is not there yet */
-#define SS_LINK_LISTEN_BACKLOG 1      /* a listener accepts one connection */
+#define SS_LINK_MAX_ADDRS 8      /* addresses tried per host name */
+#define SS_LINK_RETRY_S 0.02     /* pause between connect attempts while the peer is not there yet */
+#define SS_LINK_LISTEN_BACKLOG 1 /* a listener accepts one connection */
 #define SS_LINK_PORT_MAX 65535
 #define SS_LINK_FILE_MODE 0644
 #define SS_FRAME_MAX_CHANNELS 65536
 #define SS_LINK_AUTH_MAGIC "SSTOKEN" /* 8 bytes with its NUL: the token message that opens a connection */
-#define SS_LINK_AUTH_ACK 0x06         /* the listener's one-byte answer to a good token */
-#define SS_LINK_AUTH_TIMEOUT_S 5.0    /* how long either side waits for the other's part of the exchange */
+#define SS_LINK_AUTH_ACK 0x06        /* the listener's one-byte answer to a good token */
+#define SS_LINK_AUTH_TIMEOUT_S 5.0   /* how long either side waits for the other's part of the exchange */
 #define SS_LINK_ADDR_TEXT 64
 
 typedef enum { KIND_STDIO, KIND_FILE, KIND_CONNECT, KIND_LISTEN } link_kind;
 
 struct ss_link {
   int fd;
-  int owns_fd;   /* stdin/stdout are not closed */
-  int is_socket; /* send(MSG_NOSIGNAL); otherwise SIGPIPE is blocked around write() */
+  int owns_fd;           /* stdin/stdout are not closed */
+  int is_socket;         /* send(MSG_NOSIGNAL); otherwise SIGPIPE is blocked around write() */
   double idle_timeout_s; /* reads: <= 0 no limit */
   double t_last_data;    /* ss_now() at the open and after every read that returned */
   char uri[SS_LINK_URI_MAX];
@@ -55,8 +55,8 @@ struct ss_link {
 /* A parsed URI: what to open and, for sockets, the family and address text. */
 typedef struct {
   link_kind kind;
-  int family;       /* AF_UNIX, or AF_UNSPEC for TCP (resolved) */
-  char host[256];   /* TCP ("" = any, listeners only) */
+  int family;     /* AF_UNIX, or AF_UNSPEC for TCP (resolved) */
+  char host[256]; /* TCP ("" = any, listeners only) */
   char port[8];
   const char *path; /* file path or UNIX socket path (points into the URI) */
 } link_addr;
@@ -87,8 +87,7 @@ static const char scheme_list[] = "stdin, stdout, -, a file path, tcp://, tcp-li
 static ss_status parse_host_port(ss_ctx *ctx, const char *uri, const char *rest, link_addr *a) {
   const char *colon = strrchr(rest, ':');
   const char *host = rest, *host_end = colon;
-  if (!colon || !colon[1])
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: expected host:port after the scheme", uri);
+  if (!colon || !colon[1]) return ss_fail(ctx, SS_ERR_INPUT, "%s: expected host:port after the scheme", uri);
   if (*rest == '[') { /* IPv6 literal */
     const char *close = strchr(rest, ']');
     if (!close || close + 1 != colon) return ss_fail(ctx, SS_ERR_INPUT, "%s: expected [address]:port", uri);
@@ -165,8 +164,7 @@ static ss_status resolve(ss_ctx *ctx, const char *uri, const link_addr *a, addr_
   /* No AI_PASSIVE: a listener with an empty host gets the loopback addresses, not the wildcard. */
   hints.ai_flags = AI_NUMERICSERV;
   int rc = getaddrinfo(a->host[0] ? a->host : NULL, a->port, &hints, &res);
-  if (rc != 0)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot resolve host \"%s\": %s", uri, a->host, gai_strerror(rc));
+  if (rc != 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot resolve host \"%s\": %s", uri, a->host, gai_strerror(rc));
   for (struct addrinfo *p = res; p && out->n < SS_LINK_MAX_ADDRS; p = p->ai_next) {
     memcpy(&out->addr[out->n], p->ai_addr, p->ai_addrlen);
     out->len[out->n] = p->ai_addrlen;
@@ -187,9 +185,8 @@ static int is_loopback(const struct sockaddr_storage *ss) {
 /* "127.0.0.1:5000", "[::1]:5000", or "a local process" for a UNIX socket. */
 static void addr_text(const struct sockaddr_storage *ss, socklen_t len, char *out, size_t cap) {
   char host[INET6_ADDRSTRLEN + 16], port[16];
-  if (ss->ss_family == AF_UNIX ||
-      getnameinfo((const struct sockaddr *)ss, len, host, sizeof(host), port, sizeof(port),
-                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (ss->ss_family == AF_UNIX || getnameinfo((const struct sockaddr *)ss, len, host, sizeof(host), port, sizeof(port),
+                                              NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     snprintf(out, cap, "%s", ss->ss_family == AF_UNIX ? "a local process" : "an unknown address");
     return;
   }
@@ -203,7 +200,8 @@ static ss_status check_exposure(ss_ctx *ctx, const char *uri, const link_addr *a
     if (!is_loopback(&al->addr[i]))
       return ss_fail(ctx, SS_ERR_USAGE,
                      "%s: listening on a non-loopback address needs a shared token (--token-file); "
-                     "tcp-listen://:PORT listens on loopback only", uri);
+                     "tcp-listen://:PORT listens on loopback only",
+                     uri);
   return SS_OK;
 }
 
@@ -332,8 +330,10 @@ static ss_status present_token(ss_ctx *ctx, const char *uri, int fd, const char 
   unsigned char ack = 0;
   if (send_token(fd, token, len) != 0 || read_exact(fd, &ack, 1, SS_LINK_AUTH_TIMEOUT_S) != 0 ||
       ack != SS_LINK_AUTH_ACK)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: the listener refused the connection: a wrong token, or a listener "
-                   "without --token-file", uri);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: the listener refused the connection: a wrong token, or a listener "
+                   "without --token-file",
+                   uri);
   return SS_OK;
 }
 
@@ -344,8 +344,7 @@ static ss_status open_connect(ss_ctx *ctx, const char *uri, const addr_list *al,
   int err = 0;
   for (;;) {
     if ((*fd = try_connect(al, &err)) >= 0) break;
-    if (!connect_retryable(err))
-      return ss_fail(ctx, SS_ERR_IO, "%s: connect: %s", uri, strerror(err));
+    if (!connect_retryable(err)) return ss_fail(ctx, SS_ERR_IO, "%s: connect: %s", uri, strerror(err));
     if (past_deadline(t0, o->timeout_s))
       return ss_fail(ctx, SS_ERR_IO, "%s: connect: no listener after %g s: %s", uri, o->timeout_s, strerror(err));
     if (cancelled(o->cancel)) return cancel_failure(ctx, uri);
@@ -505,7 +504,8 @@ ss_status ss_link_check(ss_ctx *ctx, const char *uri, ss_link_dir dir, int has_t
 ss_status ss_link_listen_addresses(ss_ctx *ctx, const char *uri, char *text, size_t cap) {
   link_addr a;
   SS_TRY(parse_uri(ctx, uri, SS_LINK_READ, &a));
-  if (a.kind != KIND_LISTEN || a.family == AF_UNIX) return ss_fail(ctx, SS_ERR_INPUT, "%s: not a tcp-listen:// URI", uri);
+  if (a.kind != KIND_LISTEN || a.family == AF_UNIX)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: not a tcp-listen:// URI", uri);
   addr_list al;
   SS_TRY(resolve(ctx, uri, &a, &al));
   size_t used = 0;
@@ -754,8 +754,10 @@ static ss_status check_header(ss_ctx *ctx, const ss_frame_reader *r, const unsig
   if (memcmp(b, SS_LINK_AUTH_MAGIC, 8) == 0)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: the peer sent a token, but no --token-file was given here", uri);
   if (memcmp(b, SS_STREAM_MAGIC, 8) != 0)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: stream header: no \"SSTREAM\" magic at the start (a headerless stream "
-                   "needs --raw)", uri);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: stream header: no \"SSTREAM\" magic at the start (a headerless stream "
+                   "needs --raw)",
+                   uri);
   unsigned version = (unsigned)get_u(b + 8, 2), dtype = (unsigned)get_u(b + 10, 2);
   uint64_t ch = get_u(b + 12, 4), bits = get_u(b + 16, 8), flags = get_u(b + 24, 4), reserved = get_u(b + 28, 4);
   double rate;
@@ -773,8 +775,8 @@ static ss_status check_header(ss_ctx *ctx, const ss_frame_reader *r, const unsig
     return ss_fail(ctx, SS_ERR_INPUT, "%s: stream header: channels %llu, expected %d (%s)", uri, (unsigned long long)ch,
                    r->n_channels, r->expected_by);
   if (!isfinite(rate) || !(rate > 0) || fabs(rate - r->rate_hz) > SS_STREAM_RATE_TOLERANCE * r->rate_hz)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: stream header: rate %.10g Hz, expected %.10g Hz (%s)", uri, rate,
-                   r->rate_hz, r->expected_by);
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: stream header: rate %.10g Hz, expected %.10g Hz (%s)", uri, rate, r->rate_hz,
+                   r->expected_by);
   return SS_OK;
 }
 
@@ -795,8 +797,8 @@ static ss_status read_header(ss_ctx *ctx, ss_frame_reader *r, int *empty) {
     return SS_OK;
   }
   if (have < sizeof(b))
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: stream ended inside its header: %zu of %d bytes", ss_link_uri(r->link),
-                   have, SS_STREAM_HEADER_BYTES);
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: stream ended inside its header: %zu of %d bytes", ss_link_uri(r->link), have,
+                   SS_STREAM_HEADER_BYTES);
   r->need_header = 0;
   return check_header(ctx, r, b);
 }

@@ -55,12 +55,14 @@ ss_status ss_link_listen_addresses(ss_ctx *ctx, const char *uri, char *text, siz
 /* A token file: its content without leading and trailing white space, SS_LINK_TOKEN_MIN..MAX bytes; a
  * file that others (not owner or group) may read or write is refused. SS_ERR_INPUT naming the file. */
 ss_status ss_link_token_load(ss_ctx *ctx, const char *path, char *token, size_t cap, size_t *len);
-ss_status ss_link_read(ss_ctx *ctx, ss_link *l, void *buf, size_t cap, size_t *got); /* blocks for >= 1 byte; *got = 0: end of stream */
+ss_status ss_link_read(ss_ctx *ctx, ss_link *l, void *buf, size_t cap,
+                       size_t *got); /* blocks for >= 1 byte; *got = 0: end of stream */
 /* Idle timeout for readers that poll instead of blocking: SS_ERR_INPUT once no byte came for the link's
  * idle_timeout_s; ss_link_idle_deadline: when that happens (ss_now() seconds; INFINITY: never). */
 ss_status ss_link_idle_check(ss_ctx *ctx, const ss_link *l);
 double ss_link_idle_deadline(const ss_link *l);
-ss_status ss_link_write(ss_ctx *ctx, ss_link *l, const void *buf, size_t n);        /* all n bytes; EPIPE → SS_ERR_IO message */
+ss_status ss_link_write(ss_ctx *ctx, ss_link *l, const void *buf,
+                        size_t n); /* all n bytes; EPIPE → SS_ERR_IO message */
 int ss_link_fd(const ss_link *l);
 const char *ss_link_uri(const ss_link *l);
 void ss_link_close(ss_link *l);

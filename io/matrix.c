@@ -80,8 +80,8 @@ typedef struct {
 static ss_status token_error(ss_ctx *ctx, const text_state *t, int64_t col, const char *what, const char *tok) {
   int len = 0;
   while (!is_sep(tok[len]) && len < TEXT_TOKEN_SHOWN) len++;
-  return ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ", column %" PRId64 ": %s: \"%.*s\"", t->path, t->line,
-                 col, what, len, tok);
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ", column %" PRId64 ": %s: \"%.*s\"", t->path, t->line, col,
+                 what, len, tok);
 }
 
 /* Parse one value at p into b; *end is set past it. */
@@ -127,7 +127,9 @@ static ss_status parse_line(ss_ctx *ctx, text_state *t, value_buf *b, char *p, i
   }
   int64_t col = 0;
   for (;;) {
-    if (*p == ',' || *p == '\0') return ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ", column %" PRId64 ": empty value", t->path, t->line, col + 1);
+    if (*p == ',' || *p == '\0')
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ", column %" PRId64 ": empty value", t->path, t->line,
+                     col + 1);
     char *end;
     SS_TRY(parse_value(ctx, t, b, col + 1, p, &end));
     col++;
@@ -278,7 +280,8 @@ static ss_status h5_only_dataset(ss_ctx *ctx, hid_t file, const char *path, char
     char link[256];
     if (H5Lget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, link, sizeof(link), H5P_DEFAULT) < 0) continue;
     hid_t obj;
-    H5E_BEGIN_TRY { obj = H5Oopen(file, link, H5P_DEFAULT); } H5E_END_TRY;
+    H5E_BEGIN_TRY { obj = H5Oopen(file, link, H5P_DEFAULT); }
+    H5E_END_TRY;
     if (obj < 0) continue;
     int is_dataset = H5Iget_type(obj) == H5I_DATASET;
     H5Oclose(obj);
@@ -295,7 +298,8 @@ static ss_status h5_only_dataset(ss_ctx *ctx, hid_t file, const char *path, char
 /* Read a numeric dataset of rank 1 or 2 into `out` (float32, float64 or int64 in memory). */
 static ss_status h5_read_dataset(ss_ctx *ctx, hid_t file, const char *path, const char *name, ss_array *out) {
   hid_t ds;
-  H5E_BEGIN_TRY { ds = H5Dopen2(file, name, H5P_DEFAULT); } H5E_END_TRY;
+  H5E_BEGIN_TRY { ds = H5Dopen2(file, name, H5P_DEFAULT); }
+  H5E_END_TRY;
   if (ds < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset '%s': not found", path, name);
   hid_t type = H5Dget_type(ds), space = H5Dget_space(ds);
   H5T_class_t cls = H5Tget_class(type);
@@ -332,7 +336,8 @@ static ss_status h5_read(ss_ctx *ctx, const char *path, const char *dataset, ss_
   if (!probe) return ss_fail(ctx, SS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
   fclose(probe);
   hid_t file;
-  H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); } H5E_END_TRY;
+  H5E_BEGIN_TRY { file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); }
+  H5E_END_TRY;
   if (file < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: not an HDF5 file", path);
   char only[256];
   ss_status st = SS_OK;
@@ -349,12 +354,13 @@ static ss_status h5_read(ss_ctx *ctx, const char *path, const char *dataset, ss_
 }
 
 /* Write a new HDF5 file holding one dataset (rank 1 or 2) atomically. */
-static ss_status h5_write(ss_ctx *ctx, const char *path, const char *dataset, hid_t file_type, hid_t mem_type,
-                          int rank, const hsize_t *dims, const void *data) {
+static ss_status h5_write(ss_ctx *ctx, const char *path, const char *dataset, hid_t file_type, hid_t mem_type, int rank,
+                          const hsize_t *dims, const void *data) {
   ss_atomic_file af;
   SS_TRY(ss_atomic_begin(ctx, &af, path, 0));
   hid_t file, space = -1, lcpl = -1, ds = -1;
-  H5E_BEGIN_TRY { file = H5Fcreate(af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT); } H5E_END_TRY;
+  H5E_BEGIN_TRY { file = H5Fcreate(af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT); }
+  H5E_END_TRY;
   if (file < 0) {
     ss_atomic_abort(&af);
     return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the HDF5 file", path);
@@ -370,7 +376,8 @@ static ss_status h5_write(ss_ctx *ctx, const char *path, const char *dataset, hi
     if (lcpl >= 0) H5Pclose(lcpl);
     if (space >= 0) H5Sclose(space);
     if (H5Fclose(file) < 0) ok = 0;
-  } H5E_END_TRY;
+  }
+  H5E_END_TRY;
   if (!ok) {
     ss_atomic_abort(&af);
     return ss_fail(ctx, SS_ERR_IO, "%s: dataset '%s': write failed", path, dataset);
@@ -424,8 +431,8 @@ ss_status ss_matrix_write(ss_ctx *ctx, const char *path, const char *dataset, co
     }
     case FMT_HDF5: {
       hsize_t dims[2] = {(hsize_t)m->rows, (hsize_t)m->cols};
-      return h5_write(ctx, path, dataset ? dataset : DEFAULT_MATRIX_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2,
-                      dims, m->data);
+      return h5_write(ctx, path, dataset ? dataset : DEFAULT_MATRIX_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 2, dims,
+                      m->data);
     }
     case FMT_CSV: return csv_write_matrix(ctx, path, ',', m);
     case FMT_TXT: return csv_write_matrix(ctx, path, ' ', m);
@@ -438,7 +445,8 @@ ss_status ss_matrix_write(ss_ctx *ctx, const char *path, const char *dataset, co
 /* A 1-D array, or 2-D with one column or one row, of integral values in the int32 range. */
 static ss_status array_to_labels(ss_ctx *ctx, const ss_array *a, const char *what, int64_t *n, int32_t **out) {
   int vector = a->ndim == 1 || (a->ndim == 2 && (a->shape[0] == 1 || a->shape[1] == 1));
-  if (!vector) return ss_fail(ctx, SS_ERR_INPUT, "%s: expected a 1-D vector of labels, got %d dimensions", what, a->ndim);
+  if (!vector)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: expected a 1-D vector of labels, got %d dimensions", what, a->ndim);
   int64_t count = ss_array_count(a);
   if (count == 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: no labels", what);
   int64_t *v;
@@ -448,8 +456,7 @@ static ss_status array_to_labels(ss_ctx *ctx, const ss_array *a, const char *wha
   for (int64_t i = 0; st == SS_OK && i < count; i++) {
     if (v[i] < INT32_MIN || v[i] > INT32_MAX)
       st = ss_fail(ctx, SS_ERR_INPUT, "%s: element %" PRId64 ": out of int32 range: %" PRId64, what, i, v[i]);
-    else
-      r[i] = (int32_t)v[i];
+    else r[i] = (int32_t)v[i];
   }
   free(v);
   if (st != SS_OK) {
@@ -483,8 +490,8 @@ ss_status ss_labels_write(ss_ctx *ctx, const char *path, const char *dataset, in
     }
     case FMT_HDF5: {
       hsize_t dims[1] = {(hsize_t)n};
-      return h5_write(ctx, path, dataset ? dataset : DEFAULT_LABELS_DATASET, H5T_STD_I32LE, H5T_NATIVE_INT32, 1,
-                      dims, labels);
+      return h5_write(ctx, path, dataset ? dataset : DEFAULT_LABELS_DATASET, H5T_STD_I32LE, H5T_NATIVE_INT32, 1, dims,
+                      labels);
     }
     case FMT_CSV:
     case FMT_TXT: return csv_write_labels(ctx, path, n, labels);

@@ -36,10 +36,11 @@ static ss_status write_attrs(ss_ctx *ctx, hid_t f, const ss_model_file *m, const
   const struct {
     const char *name;
     int value;
-  } ints[] = {{"n_channels", m->n_channels}, {"n_pcs", m->n_pcs},       {"n_wave", m->n_wave},
-              {"n_before", m->n_before},     {"n_after", m->n_after},   {"polarity", m->polarity},
+  } ints[] = {{"n_channels", m->n_channels}, {"n_pcs", m->n_pcs},     {"n_wave", m->n_wave},
+              {"n_before", m->n_before},     {"n_after", m->n_after}, {"polarity", m->polarity},
               {"join_size", m->join_size}};
-  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) SS_TRY(ss_h5_attr_i32(ctx, f, ints[i].name, ints[i].value, path));
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+    SS_TRY(ss_h5_attr_i32(ctx, f, ints[i].name, ints[i].value, path));
   SS_TRY(ss_h5_attr_str(ctx, f, "input_path", m->input_path ? m->input_path : "", path));
   return ss_h5_attr_str(ctx, f, "input_crc32", crc, path);
 }
@@ -134,8 +135,8 @@ static ss_status write_scale(ss_ctx *ctx, hid_t f, const ss_model_file *m, const
 /* /live/filter: the sections live mode runs causally (the twin's own design, docs/live.md). */
 static ss_status write_live_filter(ss_ctx *ctx, hid_t live, const ss_model_file *m, const char *path) {
   const ss_model_live *l = m->live;
-  const filter_group fg = {l->filter_sections, l->filter_sos, l->filter_order, l->filter_low_hz, l->filter_high_hz,
-                           "causal"};
+  const filter_group fg = {l->filter_sections, l->filter_sos,     l->filter_order,
+                           l->filter_low_hz,   l->filter_high_hz, "causal"};
   return write_filter_group(ctx, live, &fg, m->sample_rate, path);
 }
 
@@ -205,7 +206,7 @@ typedef struct {
 } reader;
 
 typedef struct {
-  H5T_class_t cls;   /* the file's type must be of this class and size */
+  H5T_class_t cls; /* the file's type must be of this class and size */
   size_t size;
   const char *name;
 } elem_type;
@@ -223,10 +224,8 @@ static void dims_text(char *buf, size_t len, int rank, const int64_t *dims, cons
   size_t at = (size_t)snprintf(buf, len, "[");
   for (int i = 0; i < rank && at < len; i++) {
     const char *sep = i ? " × " : "";
-    if (dims[i] == SS_MODEL_FREE_DIM)
-      at += (size_t)snprintf(buf + at, len - at, "%s%s", sep, free_name);
-    else
-      at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, sep, dims[i]);
+    if (dims[i] == SS_MODEL_FREE_DIM) at += (size_t)snprintf(buf + at, len - at, "%s%s", sep, free_name);
+    else at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, sep, dims[i]);
   }
   if (at < len) snprintf(buf + at, len - at, "]");
 }
@@ -274,7 +273,8 @@ static void index_text(char *buf, size_t len, int64_t i, int rank, const int64_t
     i = dims[k] > 0 ? i / dims[k] : 0;
   }
   size_t at = (size_t)snprintf(buf, len, "[");
-  for (int k = 0; k < rank && at < len; k++) at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, k ? ", " : "", idx[k]);
+  for (int k = 0; k < rank && at < len; k++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%" PRId64, k ? ", " : "", idx[k]);
   if (at < len) snprintf(buf + at, len - at, "]");
 }
 
@@ -328,7 +328,8 @@ static ss_status read_attr(reader *r, const char *obj_path, const char *name, do
   int ok = o >= 0 && ss_h5_read_attr_f64(o, name, out);
   if (o >= 0) H5Oclose(o);
   const char *sep = strcmp(obj_path, "/") ? "/" : "";
-  if (!ok) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute %s%s%s: missing or not a number", r->file, obj_path, sep, name);
+  if (!ok)
+    return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute %s%s%s: missing or not a number", r->file, obj_path, sep, name);
   if (!isfinite(*out) || *out < lo || *out > hi || (integral && *out != floor(*out)))
     return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute %s%s%s: expected %s in [%g, %g], got %g", r->file, obj_path,
                    sep, name, integral ? "an integer" : "a number", lo, hi, *out);
@@ -344,7 +345,8 @@ static ss_status read_int_attr(reader *r, const char *obj_path, const char *name
 
 static ss_status read_root(reader *r, ss_model_live_data *m) {
   SS_TRY(read_attr(r, "/", "sample_rate", 0, INFINITY, 0, &m->rate_hz));
-  if (!(m->rate_hz > 0)) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute sample_rate: expected > 0, got %g", r->file, m->rate_hz);
+  if (!(m->rate_hz > 0))
+    return ss_fail(r->ctx, SS_ERR_INPUT, "%s: attribute sample_rate: expected > 0, got %g", r->file, m->rate_hz);
   SS_TRY(read_int_attr(r, "/", "n_channels", 1, SS_MODEL_MAX_CHANNELS, &m->n_channels));
   SS_TRY(read_int_attr(r, "/", "n_pcs", 1, SS_MODEL_MAX_PCS, &m->n_pcs));
   SS_TRY(read_int_attr(r, "/", "n_before", 0, SS_MODEL_MAX_WAVE, &m->n_before));
@@ -436,8 +438,9 @@ static ss_status read_units(reader *r, ss_model_live_data *m) {
   if (m->k < 1) return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected at least one unit, got 0", r->file);
   for (int64_t u = 0; u < m->k; u++)
     if (m->unit_id[u] < 0 || (u > 0 && m->unit_id[u] < m->unit_id[u - 1]))
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/unit_id: expected non-decreasing ids >= 0, got %d at [%" PRId64 "]",
-                     r->file, (int)m->unit_id[u], u);
+      return ss_fail(r->ctx, SS_ERR_INPUT,
+                     "%s: /live/unit_id: expected non-decreasing ids >= 0, got %d at [%" PRId64 "]", r->file,
+                     (int)m->unit_id[u], u);
   int64_t cd[2] = {m->k, D}, md[2] = {m->k, C};
   SS_TRY(read_f32(r, "/live/centroid", 2, cd, "K", -INFINITY, INFINITY, 0, "finite values", &m->centroid));
   return read_f32(r, "/live/mean_mask", 2, md, "K", 0, 1, 0, "values in [0, 1]", &m->mean_mask);
@@ -450,16 +453,17 @@ static ss_status read_reference(reader *r, ss_model_live_data *m) {
   m->n_ref = ld[0];
   for (int64_t i = 0; i < m->n_ref; i++)
     if (!bsearch(&m->ref_labels[i], m->unit_id, (size_t)m->k, sizeof(int32_t), cmp_i32))
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/ref_labels: expected one of /live/unit_id, got %d at [%" PRId64 "]",
-                     r->file, (int)m->ref_labels[i], i);
+      return ss_fail(r->ctx, SS_ERR_INPUT,
+                     "%s: /live/ref_labels: expected one of /live/unit_id, got %d at [%" PRId64 "]", r->file,
+                     (int)m->ref_labels[i], i);
   int64_t fd[2] = {m->n_ref, D}, md[2] = {m->n_ref, C}, td[1] = {m->n_ref};
   SS_TRY(read_f32(r, "/live/ref_features", 2, fd, "M", -INFINITY, INFINITY, 0, "finite values", &m->ref_features));
   SS_TRY(read_f32(r, "/live/ref_masks", 2, md, "M", 0, 1, 0, "values in [0, 1]", &m->ref_masks));
   SS_TRY(read_array(r, "/live/ref_times", &T_I64, 1, td, "M", (void **)&m->ref_times));
   for (int64_t i = 0; i < m->n_ref; i++)
     if (m->ref_times[i] < 0)
-      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/ref_times: expected >= 0, got %" PRId64 " at [%" PRId64 "]", r->file,
-                     m->ref_times[i], i);
+      return ss_fail(r->ctx, SS_ERR_INPUT, "%s: /live/ref_times: expected >= 0, got %" PRId64 " at [%" PRId64 "]",
+                     r->file, m->ref_times[i], i);
   return SS_OK;
 }
 

@@ -110,32 +110,32 @@ ss_status ss_model_write(ss_ctx *ctx, const char *path, const ss_model_file *m);
 typedef struct {
   double rate_hz;
   int n_channels, n_pcs, n_wave, n_before, n_after, polarity, join_size;
-  double *uv_per_step;     /* [C] non-zero */
+  double *uv_per_step; /* [C] non-zero */
   double offset_uv;
   /* the causal filter */
   int n_sections, filter_order;
-  double *sos;             /* [n_sections × 6] b0 b1 b2 1 a1 a2 */
+  double *sos; /* [n_sections × 6] b0 b1 b2 1 a1 a2 */
   double low_hz, high_hz;
   /* probe */
-  int32_t *connected;      /* [C] 0 or 1 */
+  int32_t *connected; /* [C] 0 or 1 */
   int64_t n_edges;
-  int32_t *adjacency;      /* [n_edges × 2] two different channels in [0, C) */
+  int32_t *adjacency; /* [n_edges × 2] two different channels in [0, C) */
   /* causal thresholds: σ >= 0, weak and strong >= 0 (+inf: excluded channel) */
   float *sigma, *weak, *strong; /* [C] */
   /* causal PCA */
   float *pca_basis;        /* [C × P × W] */
   double *pca_eigenvalues; /* [C × P] */
   /* units' centroids (a unit may have several rows: prototypes) */
-  int64_t k;               /* >= 1 */
-  int32_t *unit_id;        /* [k] non-decreasing, >= 0 */
-  float *centroid;         /* [k × D] */
-  float *mean_mask;        /* [k × C] in [0, 1] */
+  int64_t k;        /* >= 1 */
+  int32_t *unit_id; /* [k] non-decreasing, >= 0 */
+  float *centroid;  /* [k × D] */
+  float *mean_mask; /* [k × C] in [0, 1] */
   /* the causal KNN reference set */
   int64_t n_ref;
-  float *ref_features;     /* [n_ref × D] */
-  float *ref_masks;        /* [n_ref × C] in [0, 1] */
-  int32_t *ref_labels;     /* [n_ref] each one of unit_id */
-  int64_t *ref_times;      /* [n_ref] >= 0 */
+  float *ref_features; /* [n_ref × D] */
+  float *ref_masks;    /* [n_ref × C] in [0, 1] */
+  int32_t *ref_labels; /* [n_ref] each one of unit_id */
+  int64_t *ref_times;  /* [n_ref] >= 0 */
 } ss_model_live_data;
 
 /* Read and validate every field above (the error names the file, the field and the value); on failure

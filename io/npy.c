@@ -29,7 +29,7 @@
 
 /* numpy's dtype codes for our dtypes (without the byte-order character). */
 static const char *const npy_codes[] = {
-    [SS_DT_U8] = "u1", [SS_DT_I16] = "i2", [SS_DT_I32] = "i4", [SS_DT_I64] = "i8",
+    [SS_DT_U8] = "u1",  [SS_DT_I16] = "i2", [SS_DT_I32] = "i4", [SS_DT_I64] = "i8",
     [SS_DT_U32] = "u4", [SS_DT_U64] = "u8", [SS_DT_F32] = "f4", [SS_DT_F64] = "f8",
 };
 #define NPY_N_CODES ((int)(sizeof(npy_codes) / sizeof(npy_codes[0])))
@@ -186,7 +186,8 @@ static ss_status descr_to_dtype(ss_ctx *ctx, const npy_header *h, ss_dtype *out)
   char order = d[0];
   if (order != '<' && order != '|' && order != '>' && order != '=')
     return ss_fail(ctx, SS_ERR_INPUT, "%s: header: descr: unsupported dtype '%s'", h->path, d);
-  if (d[1] == 'O') return ss_fail(ctx, SS_ERR_INPUT, "%s: header: descr: object dtype '%s' is not supported", h->path, d);
+  if (d[1] == 'O')
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: header: descr: object dtype '%s' is not supported", h->path, d);
   for (int t = 0; t < NPY_N_CODES; t++) {
     if (strcmp(d + 1, npy_codes[t])) continue;
     /* byte order matters only for multi-byte types; '=' is native, i.e. little-endian here */
@@ -336,8 +337,8 @@ ss_status ss_npy_write(ss_ctx *ctx, const char *path, const ss_array *a) {
     return ss_fail(ctx, SS_ERR_INTERNAL, "%s: cannot write a %d-d array", path, a->ndim);
   char header[512];
   size_t hlen = build_header(a, header, sizeof(header));
-  unsigned char prefix[NPY_PREFIX_V1] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                                         (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+  unsigned char prefix[NPY_PREFIX_V1] = {
+      0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
   ss_atomic_file af;
   SS_TRY(ss_atomic_begin(ctx, &af, path, 1));
   size_t nbytes = (size_t)ss_array_count(a) * ss_dtype_size(a->dtype);

@@ -224,8 +224,7 @@ static void check_electrode_group(checker *c, hid_t g, const char *path) {
 
 static void check_typed(checker *c, hid_t obj, const char *path, const char *type) {
   char ns[CHECK_STR_MAX], id[CHECK_STR_MAX];
-  if (!ss_h5_read_attr_str(obj, "namespace", ns, sizeof(ns)))
-    problem(c, path, "missing string attribute namespace");
+  if (!ss_h5_read_attr_str(obj, "namespace", ns, sizeof(ns))) problem(c, path, "missing string attribute namespace");
   else if (strcmp(ns, "core") != 0 && strcmp(ns, "hdmf-common") != 0)
     problem(c, path, "namespace: expected \"core\" or \"hdmf-common\"");
   if (!ss_h5_read_attr_str(obj, "object_id", id, sizeof(id)) || !uuid_shaped(id))
@@ -267,8 +266,8 @@ static void check_root(checker *c) {
   H5Gclose(root);
   static const char *datasets[] = {"identifier", "session_description", "session_start_time",
                                    "timestamps_reference_time", "file_create_date"};
-  static const char *groups[] = {"acquisition", "analysis", "processing", "stimulus", "stimulus/presentation",
-                                 "stimulus/templates", "general"};
+  static const char *groups[] = {"acquisition",           "analysis",           "processing", "stimulus",
+                                 "stimulus/presentation", "stimulus/templates", "general"};
   for (size_t i = 0; i < sizeof(datasets) / sizeof(datasets[0]); i++)
     if (!ss_h5_is_dataset(c->fid, datasets[i])) problem(c, datasets[i], "required dataset is missing");
   for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++)

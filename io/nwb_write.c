@@ -30,10 +30,10 @@ struct ss_nwb_writer {
   hid_t file, data, timestamps;
   ss_atomic_file af;
   const char *final_path, *tmp_path; /* into af */
-  char series[NWB_PATH_MAX];  /* /acquisition/<name> */
+  char series[NWB_PATH_MAX];         /* /acquisition/<name> */
   char identifier[256];
   ss_nwb_meta meta;
-  int16_t *buf;               /* one chunk of rows */
+  int16_t *buf; /* one chunk of rows */
   int64_t chunk_rows, n_buffered, n_written;
   uint64_t hash;
   int n_typed;
@@ -71,10 +71,8 @@ static ss_status typed_group(ss_ctx *ctx, ss_nwb_writer *w, const char *path, co
   hid_t g = make_group(w->file, path);
   if (g < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create group %s", w->final_path, path);
   ss_status st = typed(ctx, w, g, path, type, ns, description);
-  if (out && st == SS_OK)
-    *out = g;
-  else
-    H5Gclose(g);
+  if (out && st == SS_OK) *out = g;
+  else H5Gclose(g);
   return st;
 }
 
@@ -152,8 +150,14 @@ static ss_status write_root(ss_ctx *ctx, ss_nwb_writer *w) {
   st = vector(ctx, w, "/file_create_date", t, dates, 1, NULL, NULL, NULL);
   H5Tclose(t);
   SS_TRY(st);
-  static const char *groups[] = {"/acquisition", "/analysis", "/processing", "/stimulus", "/stimulus/presentation",
-                                 "/stimulus/templates", "/general", "/general/devices",
+  static const char *groups[] = {"/acquisition",
+                                 "/analysis",
+                                 "/processing",
+                                 "/stimulus",
+                                 "/stimulus/presentation",
+                                 "/stimulus/templates",
+                                 "/general",
+                                 "/general/devices",
                                  "/general/extracellular_ephys"};
   for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) SS_TRY(plain_group(ctx, w, groups[i]));
   return SS_OK;
@@ -264,8 +268,7 @@ static ss_status write_series(ss_ctx *ctx, ss_nwb_writer *w) {
   for (int c = 0; c < m->n_channels; c++) rows[c] = c;
   snprintf(path, sizeof(path), "%s/electrodes", w->series);
   hid_t d = -1;
-  st = vector(ctx, w, path, H5T_NATIVE_INT64, rows, m->n_channels, "DynamicTableRegion", "the recorded electrodes",
-              &d);
+  st = vector(ctx, w, path, H5T_NATIVE_INT64, rows, m->n_channels, "DynamicTableRegion", "the recorded electrodes", &d);
   free(rows);
   if (st == SS_OK) st = ss_h5_attr_ref(ctx, d, "table", w->file, NWB_ELECTRODES, path);
   if (d >= 0) H5Dclose(d);
@@ -386,8 +389,8 @@ static ss_status check_units(ss_ctx *ctx, const char *path, const ss_nwb_units *
                      (long long)u->n_spikes[k]);
     for (int64_t i = 1; i < u->n_spikes[k]; i++)
       if (!(u->spike_times[k][i] >= u->spike_times[k][i - 1]))
-        return ss_fail(ctx, SS_ERR_INPUT, "%s: unit %d: spike_times[%lld] = %g is before the previous one (%g)", path, k,
-                       (long long)i, u->spike_times[k][i], u->spike_times[k][i - 1]);
+        return ss_fail(ctx, SS_ERR_INPUT, "%s: unit %d: spike_times[%lld] = %g is before the previous one (%g)", path,
+                       k, (long long)i, u->spike_times[k][i], u->spike_times[k][i - 1]);
   }
   return SS_OK;
 }

@@ -26,20 +26,20 @@ typedef struct {
   const char *series_name;         /* NULL: "ElectricalSeries" */
   double rate_hz;
   int n_channels;
-  double conversion;               /* volts per int16 step (NWB `conversion`) */
-  double offset;                   /* volts (NWB `offset`) */
-  double starting_time;            /* seconds */
-  const double *channel_x;         /* µm, n_channels entries, or NULL (0) */
+  double conversion;       /* volts per int16 step (NWB `conversion`) */
+  double offset;           /* volts (NWB `offset`) */
+  double starting_time;    /* seconds */
+  const double *channel_x; /* µm, n_channels entries, or NULL (0) */
   const double *channel_y;
-  int write_timestamps;            /* 1: per-sample `timestamps` instead of starting_time + rate */
+  int write_timestamps; /* 1: per-sample `timestamps` instead of starting_time + rate */
 } ss_nwb_meta;
 
 typedef struct {
   int n_units;
-  const int64_t *n_spikes;           /* per unit */
-  const double *const *spike_times;  /* per unit, seconds, ascending */
-  const int32_t *peak_channel;       /* per unit */
-  const double *snr;                 /* per unit */
+  const int64_t *n_spikes;          /* per unit */
+  const double *const *spike_times; /* per unit, seconds, ascending */
+  const int32_t *peak_channel;      /* per unit */
+  const double *snr;                /* per unit */
 } ss_nwb_units;
 
 typedef struct ss_nwb_writer ss_nwb_writer;

@@ -44,7 +44,8 @@ int ss_phy_raw_location(const ss_source_info *info, const ss_source_spec *spec, 
   if (strcmp(info->dtype, "int16") != 0) return 0;
   int64_t off = -1;
   if (info->format == SS_FORMAT_BINARY) off = spec->byte_offset;
-  else if (info->layout == SS_LAYOUT_TIME_MAJOR && info->dataset[0]) off = h5_contiguous_offset(info->path, info->dataset);
+  else if (info->layout == SS_LAYOUT_TIME_MAJOR && info->dataset[0])
+    off = h5_contiguous_offset(info->path, info->dataset);
   if (off < 0) return 0;
   char *abs = realpath(info->path, NULL);
   snprintf(dat_path, len, "%s", abs ? abs : info->path);
@@ -55,9 +56,8 @@ int ss_phy_raw_location(const ss_source_info *info, const ss_source_spec *spec, 
 
 /* --- writer ------------------------------------------------------------------------------------ */
 
-
-static ss_status write_npy(ss_ctx *ctx, const char *dir, const char *name, ss_dtype t, int ndim, int64_t d0,
-                           int64_t d1, int64_t d2, const void *data) {
+static ss_status write_npy(ss_ctx *ctx, const char *dir, const char *name, ss_dtype t, int ndim, int64_t d0, int64_t d1,
+                           int64_t d2, const void *data) {
   char path[SS_PHY_PATH_MAX + 64];
   snprintf(path, sizeof(path), "%s/%s", dir, name);
   ss_array a = {.dtype = t, .ndim = ndim, .shape = {d0, d1, d2, 0}, .data = (void *)data};

@@ -31,23 +31,23 @@ extern "C" {
 typedef struct {
   int64_t n_spikes;
   int n_templates, n_wave, n_channels, n_pcs, n_feat_channels;
-  const int64_t *spike_times;       /* [N] */
-  const int32_t *spike_clusters;    /* [N] */
-  const int32_t *spike_templates;   /* [N] */
-  const float *amplitudes;          /* [N] */
-  const float *templates;           /* [T × W × C] */
-  const int32_t *channel_map;       /* [C] */
-  const float *channel_positions;   /* [C × 2] */
-  const float *pc_features;         /* [N × P × F] */
-  const int32_t *pc_feature_ind;    /* [T × F] */
-  const float *similar_templates;   /* [T × T] */
-  const int32_t *cluster_ids;       /* [n_groups] */
+  const int64_t *spike_times;        /* [N] */
+  const int32_t *spike_clusters;     /* [N] */
+  const int32_t *spike_templates;    /* [N] */
+  const float *amplitudes;           /* [N] */
+  const float *templates;            /* [T × W × C] */
+  const int32_t *channel_map;        /* [C] */
+  const float *channel_positions;    /* [C × 2] */
+  const float *pc_features;          /* [N × P × F] */
+  const int32_t *pc_feature_ind;     /* [T × F] */
+  const float *similar_templates;    /* [T × T] */
+  const int32_t *cluster_ids;        /* [n_groups] */
   const char *const *cluster_groups; /* [n_groups] */
   int n_groups;
   /* params.py */
-  char dat_path[SS_PHY_PATH_MAX];   /* "" : no raw data (dat_path = []) */
+  char dat_path[SS_PHY_PATH_MAX]; /* "" : no raw data (dat_path = []) */
   int n_channels_dat;
-  const char *dtype;                /* "int16" */
+  const char *dtype; /* "int16" */
   int64_t offset;
   double sample_rate;
   int hp_filtered;

@@ -36,8 +36,8 @@ typedef struct {
   const float *time_fraction;
   const int32_t *peak_channel;
   const float *amplitude;
-  const float *features; /* [n × n_channels·n_pcs] */
-  const float *masks;    /* [n × n_channels] */
+  const float *features;  /* [n × n_channels·n_pcs] */
+  const float *masks;     /* [n × n_channels] */
   const int32_t *cluster; /* NULL: not clustered (no /spikes/cluster) */
   const char *params_json;
 } ss_results_core;

@@ -11,8 +11,8 @@
 
 #include "io/source_internal.h"
 
-#define FLOAT_SCAN_ROWS 65536     /* rows per block of the float scan */
-#define INT16_FULL_SCALE 32767.0  /* float peak maps to this */
+#define FLOAT_SCAN_ROWS 65536    /* rows per block of the float scan */
+#define INT16_FULL_SCALE 32767.0 /* float peak maps to this */
 
 struct ss_source {
   ss_source_info info;
@@ -71,15 +71,15 @@ ss_status ss_source_check_rate(ss_ctx *ctx, const char *file, const char *field,
 
 ss_status ss_source_check_channels(ss_ctx *ctx, const char *file, const char *field, int64_t n, const char *detail) {
   if (n >= 1 && n <= SS_SOURCE_MAX_CHANNELS) return SS_OK;
-  return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected 1 to %d channels, got %lld%s", file, field, SS_SOURCE_MAX_CHANNELS,
-                 (long long)n, detail ? detail : "");
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: expected 1 to %d channels, got %lld%s", file, field,
+                 SS_SOURCE_MAX_CHANNELS, (long long)n, detail ? detail : "");
 }
 
 ss_status ss_source_check_scales(ss_ctx *ctx, const char *file, const char *field, const double *scale, int n) {
   for (int c = 0; c < n; c++)
     if (!isfinite(scale[c]) || scale[c] == 0.0)
-      return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: channel %d: expected a finite non-zero scale, got %.9g", file, field, c,
-                     scale[c]);
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: channel %d: expected a finite non-zero scale, got %.9g", file, field,
+                     c, scale[c]);
   return SS_OK;
 }
 
@@ -283,7 +283,8 @@ ss_status ss_source_limit(ss_ctx *ctx, ss_source *s, int64_t n_samples) {
 }
 
 ss_status ss_source_chunk(ss_ctx *ctx, ss_source *s, int64_t i, ss_chunk *out) {
-  if (s->chunk <= 0) return ss_fail(ctx, SS_ERR_INTERNAL, "%s: ss_source_chunk before ss_source_configure", s->info.path);
+  if (s->chunk <= 0)
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: ss_source_chunk before ss_source_configure", s->info.path);
   if (i < 0 || i >= s->n_chunks)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: chunk %lld: expected 0..%lld", s->info.path, (long long)i,
                    (long long)s->n_chunks - 1);

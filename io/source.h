@@ -60,13 +60,13 @@ typedef enum { SS_LAYOUT_TIME_MAJOR = 0, SS_LAYOUT_CHANNEL_MAJOR } ss_layout;
 typedef struct {
   const char *path;
   ss_source_format format;
-  const char *dataset;  /* plain HDF5: path of the data inside the file */
-  const char *series;   /* NWB: ElectricalSeries name under /acquisition; Kwik: recording name */
-  double rate_hz;       /* plain HDF5, binary: required; Kwik: used when the file has none */
-  ss_layout layout;     /* plain HDF5 */
-  int n_channels;       /* binary: required */
-  int64_t byte_offset;  /* binary: header bytes to skip */
-  double uv_per_step;   /* binary, plain HDF5, Kwik without bit volts: µV per step (0 = unknown) */
+  const char *dataset;   /* plain HDF5: path of the data inside the file */
+  const char *series;    /* NWB: ElectricalSeries name under /acquisition; Kwik: recording name */
+  double rate_hz;        /* plain HDF5, binary: required; Kwik: used when the file has none */
+  ss_layout layout;      /* plain HDF5 */
+  int n_channels;        /* binary: required */
+  int64_t byte_offset;   /* binary: header bytes to skip */
+  double uv_per_step;    /* binary, plain HDF5, Kwik without bit volts: µV per step (0 = unknown) */
   const ss_probe *probe; /* optional: its channel count must match the recording's */
 } ss_source_spec;
 
@@ -78,24 +78,24 @@ typedef struct {
   ss_layout layout;
   double rate_hz;
   double start_time_s;
-  int from_timestamps;              /* rate derived from per-sample timestamps (checked regular) */
+  int from_timestamps; /* rate derived from per-sample timestamps (checked regular) */
   int n_channels;
   int64_t n_samples;
   double duration_s;
-  double *uv_per_step;              /* [n_channels] */
+  double *uv_per_step; /* [n_channels] */
   double offset_uv;
   int scale_known;
-  double float_step;                /* float data: file units per int16 step; 0 for integer data */
+  double float_step; /* float data: file units per int16 step; 0 for integer data */
   int has_positions;
-  double *x_um, *y_um;              /* [n_channels] when has_positions, else NULL */
-  int threaded;                     /* 1: a reader thread prefetches */
+  double *x_um, *y_um; /* [n_channels] when has_positions, else NULL */
+  int threaded;        /* 1: a reader thread prefetches */
 } ss_source_info;
 
 typedef struct {
-  int64_t index;    /* chunk number */
-  int64_t start;    /* recording index of the first core sample */
-  int64_t n;        /* core samples (the last chunk may be shorter) */
-  int left, right;  /* margin rows present in data (as configured) */
+  int64_t index;               /* chunk number */
+  int64_t start;               /* recording index of the first core sample */
+  int64_t n;                   /* core samples (the last chunk may be shorter) */
+  int left, right;             /* margin rows present in data (as configured) */
   int left_valid, right_valid; /* margin rows inside the recording; the others are zeros */
   int n_channels;
   const int16_t *data; /* [(left + n + right) × n_channels]; row 0 is sample start − left.

@@ -12,9 +12,9 @@
 #include "io/h5_util.h"
 #include "io/source_internal.h"
 
-#define MAX_PREAD_TILES (1 << 20)        /* beyond this many chunks, read through HDF5 instead */
-#define TIMESTAMP_BLOCK 65536            /* timestamps checked this many at a time */
-#define TIMESTAMP_TOLERANCE 0.01         /* relative deviation of one interval from 1/rate */
+#define MAX_PREAD_TILES (1 << 20) /* beyond this many chunks, read through HDF5 instead */
+#define TIMESTAMP_BLOCK 65536     /* timestamps checked this many at a time */
+#define TIMESTAMP_TOLERANCE 0.01  /* relative deviation of one interval from 1/rate */
 #define NWB_ELECTRODES "general/extracellular_ephys/electrodes"
 #define UV_PER_VOLT 1e6
 
@@ -224,9 +224,13 @@ static ss_status check_storage(ss_ctx *ctx, h5src *h, hid_t d, const char *path,
   char stores[64];
   if (layout == H5D_CONTIGUOUS) snprintf(stores, sizeof(stores), "%llu bytes", (unsigned long long)stored);
   else snprintf(stores, sizeof(stores), "no chunk");
-  return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: declares %lld x %lld %s samples (%llu bytes), the file stores %s "
-                 "of them (%s)", h->file, path, (long long)s->dims[0], (long long)s->dims[1],
-                 s->elem == SS_ELEM_I16 ? "int16" : s->elem == SS_ELEM_F32 ? "float32" : "float64",
+  return ss_fail(ctx, SS_ERR_INPUT,
+                 "%s: dataset %s: declares %lld x %lld %s samples (%llu bytes), the file stores %s "
+                 "of them (%s)",
+                 h->file, path, (long long)s->dims[0], (long long)s->dims[1],
+                 s->elem == SS_ELEM_I16   ? "int16"
+                 : s->elem == SS_ELEM_F32 ? "float32"
+                                          : "float64",
                  (unsigned long long)declared, stores, layout == H5D_CONTIGUOUS ? "contiguous" : "chunked");
 }
 
@@ -420,8 +424,7 @@ static ss_status nwb_positions(ss_ctx *ctx, h5src *h, ss_source_info *info) {
     else if (!isfinite(x[(int64_t)r]) || !isfinite(y[(int64_t)r]))
       st = ss_fail(ctx, SS_ERR_INPUT, "%s: %s: row %lld: position (%.9g, %.9g) is not finite", h->file, NWB_ELECTRODES,
                    (long long)r, x[(int64_t)r], y[(int64_t)r]);
-    else
-      info->x_um[c] = x[(int64_t)r], info->y_um[c] = y[(int64_t)r];
+    else info->x_um[c] = x[(int64_t)r], info->y_um[c] = y[(int64_t)r];
   }
   info->has_positions = st == SS_OK;
   free(x);
@@ -472,8 +475,9 @@ static ss_status kwik_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec
 
 static ss_status plain_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec, ss_source_info *info) {
   if (!(spec->rate_hz > 0) || !isfinite(spec->rate_hz))
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: dataset %s: a plain HDF5 dataset needs the sampling rate (--rate HZ), got %g",
-                   h->file, info->dataset, spec->rate_hz);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: dataset %s: a plain HDF5 dataset needs the sampling rate (--rate HZ), got %g", h->file,
+                   info->dataset, spec->rate_hz);
   SS_TRY(ss_source_check_rate(ctx, h->file, "--rate", spec->rate_hz));
   info->rate_hz = spec->rate_hz;
   info->scale_known = spec->uv_per_step > 0;
@@ -515,9 +519,9 @@ ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source
   if (st == SS_OK) {
     hid_t keep = h.fid < 0 ? store->h5file : h.fid; /* metadata reads need the file either way */
     h.fid = keep;
-    st = f == SS_FORMAT_NWB ? nwb_metadata(ctx, &h, info)
+    st = f == SS_FORMAT_NWB    ? nwb_metadata(ctx, &h, info)
          : f == SS_FORMAT_KWIK ? kwik_metadata(ctx, &h, spec, info)
-                                : plain_metadata(ctx, &h, spec, info);
+                               : plain_metadata(ctx, &h, spec, info);
     if (store->h5file == keep) h.fid = -1; /* owned by the store */
   }
   if (h.fid >= 0) H5Fclose(h.fid);

@@ -19,14 +19,14 @@ typedef enum { SS_ELEM_I16 = 0, SS_ELEM_F32, SS_ELEM_F64 } ss_elem;
 typedef struct {
   ss_elem elem;
   size_t elem_size;
-  int transposed;     /* storage is [channels × time] (channel-major) */
-  int64_t dims[2];    /* storage dims */
+  int transposed;  /* storage is [channels × time] (channel-major) */
+  int64_t dims[2]; /* storage dims */
   /* pread path */
-  int fd;             /* -1: read through HDF5 */
-  int64_t cdims[2];   /* tile dims (= dims when contiguous) */
-  int64_t grid[2];    /* tiles along each dim */
-  int64_t *tile_off;  /* byte offset of each tile, row-major over grid; -1: never written (zeros) */
-  int64_t file_size;  /* bytes, as stat'ed at open: a shorter file later was cut while being read */
+  int fd;            /* -1: read through HDF5 */
+  int64_t cdims[2];  /* tile dims (= dims when contiguous) */
+  int64_t grid[2];   /* tiles along each dim */
+  int64_t *tile_off; /* byte offset of each tile, row-major over grid; -1: never written (zeros) */
+  int64_t file_size; /* bytes, as stat'ed at open: a shorter file later was cut while being read */
   /* HDF5 path */
   hid_t h5file, h5dset;
   /* staging for tiles that cannot be read straight into the output */

@@ -41,12 +41,15 @@ static ss_status cut_short(ss_ctx *ctx, const ss_store *s, const char *file, int
   int64_t frame = s->dims[1] * (int64_t)s->elem_size;
   if (!s->transposed && s->grid[0] == 1 && s->grid[1] == 1 && s->tile_off[0] >= 0 && now >= 0) {
     int64_t end = now > s->tile_off[0] ? (now - s->tile_off[0]) / frame : 0;
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: truncated while being read: the data end at sample %lld of %lld (file size "
-                   "%lld bytes, %lld when opened)", file, (long long)end, (long long)s->dims[0], (long long)now,
-                   (long long)s->file_size);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: truncated while being read: the data end at sample %lld of %lld (file size "
+                   "%lld bytes, %lld when opened)",
+                   file, (long long)end, (long long)s->dims[0], (long long)now, (long long)s->file_size);
   }
-  return ss_fail(ctx, SS_ERR_INPUT, "%s: truncated while being read: no data at byte %lld (file size %lld bytes, %lld "
-                 "when opened)", file, (long long)off, (long long)now, (long long)s->file_size);
+  return ss_fail(ctx, SS_ERR_INPUT,
+                 "%s: truncated while being read: no data at byte %lld (file size %lld bytes, %lld "
+                 "when opened)",
+                 file, (long long)off, (long long)now, (long long)s->file_size);
 }
 
 static ss_status pread_all(ss_ctx *ctx, const ss_store *s, const char *file, void *buf, size_t bytes, int64_t off) {

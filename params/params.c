@@ -70,12 +70,9 @@ static void describe(const ss_param_spec *s, char *buf, size_t len) {
   int has_lo = isfinite(s->min), has_hi = isfinite(s->max) && s->max < 9.0e15;
   if (has_lo && has_hi)
     snprintf(buf, len, "%s in %c%g, %g%c", kind, s->min_open ? '(' : '[', s->min, s->max, s->max_open ? ')' : ']');
-  else if (has_lo)
-    snprintf(buf, len, "%s %s %g", kind, s->min_open ? ">" : ">=", s->min);
-  else if (has_hi)
-    snprintf(buf, len, "%s %s %g", kind, s->max_open ? "<" : "<=", s->max);
-  else
-    snprintf(buf, len, "%s", kind);
+  else if (has_lo) snprintf(buf, len, "%s %s %g", kind, s->min_open ? ">" : ">=", s->min);
+  else if (has_hi) snprintf(buf, len, "%s %s %g", kind, s->max_open ? "<" : "<=", s->max);
+  else snprintf(buf, len, "%s", kind);
 }
 
 static int in_range(const ss_param_spec *s, double v) {
@@ -251,8 +248,8 @@ ss_status ss_params_set_named(ss_ctx *ctx, ss_params *p, const char *path, const
 ss_status ss_params_validate(ss_ctx *ctx, const ss_params *p) {
   int before = ctx->n_problems;
   if (!(p->detect.weak_std < p->detect.strong_std))
-    ss_problem(ctx, SS_ERR_INPUT, "detect.weak_std: must be below detect.strong_std (%g >= %g)",
-               p->detect.weak_std, p->detect.strong_std);
+    ss_problem(ctx, SS_ERR_INPUT, "detect.weak_std: must be below detect.strong_std (%g >= %g)", p->detect.weak_std,
+               p->detect.strong_std);
   if (p->mask_em.num_starting_clusters > p->mask_em.max_possible_clusters)
     ss_problem(ctx, SS_ERR_INPUT,
                "mask_em.num_starting_clusters: must not exceed mask_em.max_possible_clusters (%lld > %lld)",

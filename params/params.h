@@ -87,29 +87,29 @@ typedef struct {
     double waveform_corr;
     double refractory_ms;
     double max_violation_increase;
-    double outlier_z2;        /* cleanup: outlier when z² > this · features (0: off) */
-    double split_valley;      /* cleanup: split at a density valley below this fraction (0: off) */
-    int64_t split_min_spikes; /* cleanup: smallest part of a split */
+    double outlier_z2;          /* cleanup: outlier when z² > this · features (0: off) */
+    double split_valley;        /* cleanup: split at a density valley below this fraction (0: off) */
+    int64_t split_min_spikes;   /* cleanup: smallest part of a split */
     int64_t split_max_channels; /* cleanup: the split test looks at most at this many channels */
   } merge;
   struct {
-    int64_t iterations;   /* template passes after the cleanup in `sort` (0: off) */
-    double max_residual;  /* a cluster is a unit when its spikes' median residual is at most this */
-    int64_t min_spikes;   /* ... and it holds at least this many spikes */
-    double min_gain;      /* a spike joins its best unit when the gain is at least this, else noise */
+    int64_t iterations;      /* template passes after the cleanup in `sort` (0: off) */
+    double max_residual;     /* a cluster is a unit when its spikes' median residual is at most this */
+    int64_t min_spikes;      /* ... and it holds at least this many spikes */
+    double min_gain;         /* a spike joins its best unit when the gain is at least this, else noise */
     double amp_min, amp_max; /* amplitude range of a template fit */
   } templates;
   struct {
-    double penalty_k_log_n; /* replaces mask_em.penalty_k_log_n in `sort` only */
-    int live_model;         /* also fit the causal twin of the model (model.h5 /live) */
+    double penalty_k_log_n;    /* replaces mask_em.penalty_k_log_n in `sort` only */
+    int live_model;            /* also fit the causal twin of the model (model.h5 /live) */
     int64_t live_filter_order; /* the twin's causal filter: Butterworth order of each band edge */
     double live_low_hz;        /* ... and its low corner (the high corner is the offline one) */
     double live_recall;        /* offline spikes that must get a causal partner (threshold calibration) */
     double live_min_factor;    /* lowest factor on the causal strong threshold the calibration may use */
     int64_t live_prototypes;   /* centroids per unit in the twin (k-means of its causal spikes) */
     double live_twin_seconds;  /* the twin is fitted on the recording's first this many seconds (0: all) */
-    int64_t em_max_spikes;  /* masked EM on at most this many spikes (0: all); the rest by KNN */
-    int64_t assign_k;       /* neighbours voting for a spike left out of masked EM */
+    int64_t em_max_spikes;     /* masked EM on at most this many spikes (0: all); the rest by KNN */
+    int64_t assign_k;          /* neighbours voting for a spike left out of masked EM */
   } sort;
   struct {
     int64_t k;

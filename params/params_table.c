@@ -12,10 +12,13 @@
 
 #define OFF(field) offsetof(ss_params, field)
 #define NUM(path, field, def, lo, hi, lo_open, hi_open, doc) \
-  {path, SS_PT_NUMBER, OFF(field), def, lo, hi, lo_open, hi_open, NULL, doc}
-#define INT(path, field, def, lo, hi, doc) {path, SS_PT_INT, OFF(field), def, lo, hi, 0, 0, NULL, doc}
-#define BOOL(path, field, def, doc) {path, SS_PT_BOOL, OFF(field), def, 0, 1, 0, 0, NULL, doc}
-#define ENUM(path, field, def, opts, doc) {path, SS_PT_ENUM, OFF(field), def, 0, 0, 0, 0, opts, doc}
+  { path, SS_PT_NUMBER, OFF(field), def, lo, hi, lo_open, hi_open, NULL, doc }
+#define INT(path, field, def, lo, hi, doc) \
+  { path, SS_PT_INT, OFF(field), def, lo, hi, 0, 0, NULL, doc }
+#define BOOL(path, field, def, doc) \
+  { path, SS_PT_BOOL, OFF(field), def, 0, 1, 0, 0, NULL, doc }
+#define ENUM(path, field, def, opts, doc) \
+  { path, SS_PT_ENUM, OFF(field), def, 0, 0, 0, 0, opts, doc }
 #define INF INFINITY
 #define I64_MAX 9.0e15 /* largest integer a JSON double carries exactly, rounded down */
 
@@ -91,8 +94,7 @@ const ss_param_spec ss_param_table[] = {
     ENUM("mask_em.preset", mask_em.preset, SS_EM_PRESET_DEFAULT, em_preset_opts,
          "\"fast\" stops early and starts from fewer clusters (the published GPU settings)."),
     BOOL("mask_em.quick_steps", mask_em.quick_steps, 0, "Recompute only clusters near each point's best."),
-    NUM("mask_em.dist_thresh", mask_em.dist_thresh, 9.210340371976184, 0, INF, 1, 0,
-        "Quick-step distance: ln(1e4)."),
+    NUM("mask_em.dist_thresh", mask_em.dist_thresh, 9.210340371976184, 0, INF, 1, 0, "Quick-step distance: ln(1e4)."),
     INT("mask_em.drop_last_n_features", mask_em.drop_last_n_features, 0, 0, 1000000,
         "Trailing .fet columns to ignore (e.g. a time column)."),
     NUM("mask_em.noise_var_floor_rel", mask_em.noise_var_floor_rel, 1e-6, 0, INF, 0, 0,
@@ -140,9 +142,9 @@ const ss_param_spec ss_param_table[] = {
         "Least energy (noise-variance units) a unit's template must remove from a spike for the spike to join it; "
         "a spike no unit reaches goes to the noise cluster."),
     NUM("templates.amp_min", templates.amp_min, 0.75, 0, INF, 0, 0,
-        "Smallest amplitude scale of a template fit (a wider range lets a large unit's template, scaled down, take a small unit's spikes on the same channels; see docs/accuracy.md)."),
-    NUM("templates.amp_max", templates.amp_max, 1.33, 0, INF, 0, 0,
-        "Largest amplitude scale of a template fit."),
+        "Smallest amplitude scale of a template fit (a wider range lets a large unit's template, scaled down, take a "
+        "small unit's spikes on the same channels; see docs/accuracy.md)."),
+    NUM("templates.amp_max", templates.amp_max, 1.33, 0, INF, 0, 0, "Largest amplitude scale of a template fit."),
 
     NUM("sort.penalty_k_log_n", sort.penalty_k_log_n, 0.2, 0, INF, 0, 0,
         "BIC-style penalty weight of masked EM in `sort` (replaces mask_em.penalty_k_log_n, which `cluster` "
@@ -190,7 +192,8 @@ const ss_param_spec ss_param_table[] = {
     NUM("live.block_ms", live.block_ms, 1.0, 0, 10000, 1, 0, "Processing block length in ms."),
     NUM("live.train_seconds", live.train_seconds, 60.0, 0, INF, 1, 0, "Seconds buffered to fit a model."),
     ENUM("live.assign", live.assign, SS_LIVE_ASSIGN_CENTROID, live_assign_opts, "Assignment of live spikes."),
-    NUM("live.stats_every_s", live.stats_every_s, 10.0, 0, INF, 0, 0, "Counter report period on stderr (0: at exit only)."),
+    NUM("live.stats_every_s", live.stats_every_s, 10.0, 0, INF, 0, 0,
+        "Counter report period on stderr (0: at exit only)."),
 };
 
 const size_t ss_param_table_len = sizeof(ss_param_table) / sizeof(ss_param_table[0]);

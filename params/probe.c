@@ -25,9 +25,9 @@ void ss_probe_free(ss_probe *p) {
 static ss_status probe_alloc(ss_ctx *ctx, ss_probe *p, int n) {
   memset(p, 0, sizeof(*p));
   p->n = n;
-  if (SS_CALLOC(ctx, p->channel, n, "probe") || SS_CALLOC(ctx, p->x, n, "probe") ||
-      SS_CALLOC(ctx, p->y, n, "probe") || SS_CALLOC(ctx, p->shank, n, "probe") ||
-      SS_CALLOC(ctx, p->connected, n, "probe") || SS_CALLOC(ctx, p->adj_start, n + 1, "probe")) {
+  if (SS_CALLOC(ctx, p->channel, n, "probe") || SS_CALLOC(ctx, p->x, n, "probe") || SS_CALLOC(ctx, p->y, n, "probe") ||
+      SS_CALLOC(ctx, p->shank, n, "probe") || SS_CALLOC(ctx, p->connected, n, "probe") ||
+      SS_CALLOC(ctx, p->adj_start, n + 1, "probe")) {
     ss_probe_free(p);
     return SS_ERR_NOMEM;
   }
@@ -102,8 +102,8 @@ static ss_status get_int(ss_ctx *ctx, const char *origin, const cJSON *item, con
   return SS_OK;
 }
 
-static ss_status get_array(ss_ctx *ctx, const char *origin, const cJSON *obj, const char *key, int want,
-                           int required, const cJSON **out) {
+static ss_status get_array(ss_ctx *ctx, const char *origin, const cJSON *obj, const char *key, int want, int required,
+                           const cJSON **out) {
   *out = cJSON_GetObjectItemCaseSensitive(obj, key);
   if (!*out) {
     if (!required) return SS_OK;
@@ -144,8 +144,7 @@ static ss_status read_ints(ss_ctx *ctx, const char *origin, const cJSON *arr, co
 }
 
 /* shank ids are strings in probeinterface ("" = one shank) and integers in the simple layout */
-static ss_status read_shanks(ss_ctx *ctx, const char *origin, const cJSON *arr, const char *key, int *dst,
-                             int offset) {
+static ss_status read_shanks(ss_ctx *ctx, const char *origin, const cJSON *arr, const char *key, int *dst, int offset) {
   int i = 0;
   for (const cJSON *it = arr->child; it; it = it->next, i++) {
     if (cJSON_IsString(it)) {
@@ -284,7 +283,9 @@ ss_status ss_probe_load_json(ss_ctx *ctx, const char *json, const char *origin, 
   if (!cJSON_IsObject(root)) st = ss_fail(ctx, SS_ERR_INPUT, "%s: expected a JSON object", origin);
   else if (cJSON_IsArray(probes)) st = load_probeinterface(ctx, origin, probes, out);
   else if (cJSON_GetObjectItemCaseSensitive(root, "channels")) st = load_simple(ctx, origin, root, out);
-  else st = ss_fail(ctx, SS_ERR_INPUT, "%s: neither a probeinterface file (\"probes\") nor a simple probe (\"channels\")", origin);
+  else
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: neither a probeinterface file (\"probes\") nor a simple probe (\"channels\")",
+                 origin);
   if (st == SS_OK) st = finish(ctx, origin, root, radius_um, out);
   if (st == SS_OK && !out->name[0]) {
     const char *slash = strrchr(origin, '/');
@@ -313,7 +314,8 @@ ss_status ss_probe_from_positions(ss_ctx *ctx, int n, const double *x, const dou
   for (int i = 0; i < n; i++) {
     if (!isfinite(x[i]) || !isfinite(y[i])) {
       ss_probe_free(out);
-      return ss_fail(ctx, SS_ERR_INPUT, "probe from positions: channel %d: position (%g, %g) is not finite", i, x[i], y[i]);
+      return ss_fail(ctx, SS_ERR_INPUT, "probe from positions: channel %d: position (%g, %g) is not finite", i, x[i],
+                     y[i]);
     }
     out->channel[i] = i;
     out->x[i] = x[i];
@@ -327,8 +329,8 @@ ss_status ss_probe_from_positions(ss_ctx *ctx, int n, const double *x, const dou
 ss_status ss_probe_check_recording(ss_ctx *ctx, const ss_probe *p, int n_rec) {
   for (int i = 0; i < p->n; i++)
     if (p->channel[i] >= n_rec)
-      return ss_fail(ctx, SS_ERR_INPUT, "probe %s: channel %d is out of range for a recording of %d channels",
-                     p->name, p->channel[i], n_rec);
+      return ss_fail(ctx, SS_ERR_INPUT, "probe %s: channel %d is out of range for a recording of %d channels", p->name,
+                     p->channel[i], n_rec);
   if (p->n != n_rec)
     return ss_fail(ctx, SS_ERR_INPUT, "probe %s: has %d channels, the recording %d", p->name, p->n, n_rec);
   return SS_OK;

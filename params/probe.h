@@ -17,19 +17,18 @@ extern "C" {
 
 typedef struct {
   char name[128];
-  int n;             /* contacts */
-  int *channel;      /* recording channel (column) of each contact */
-  double *x, *y;     /* µm */
+  int n;         /* contacts */
+  int *channel;  /* recording channel (column) of each contact */
+  double *x, *y; /* µm */
   int *shank;
-  int *connected;    /* 0 = dead or unconnected: excluded from detection */
-  int *adj_start;    /* CSR over contacts: neighbours of i are adj[adj_start[i] .. adj_start[i+1]) */
-  int *adj;          /* sorted ascending, no self loops, symmetric */
+  int *connected; /* 0 = dead or unconnected: excluded from detection */
+  int *adj_start; /* CSR over contacts: neighbours of i are adj[adj_start[i] .. adj_start[i+1]) */
+  int *adj;       /* sorted ascending, no self loops, symmetric */
 } ss_probe;
 
 /* Load from a file; radius_um is used only when the file has no adjacency list. */
 ss_status ss_probe_load_file(ss_ctx *ctx, const char *path, double radius_um, ss_probe *out);
-ss_status ss_probe_load_json(ss_ctx *ctx, const char *json, const char *origin, double radius_um,
-                             ss_probe *out);
+ss_status ss_probe_load_json(ss_ctx *ctx, const char *json, const char *origin, double radius_um, ss_probe *out);
 /* A probe from positions alone (e.g. an NWB electrodes table): channel i at (x[i], y[i]), one shank. */
 ss_status ss_probe_from_positions(ss_ctx *ctx, int n, const double *x, const double *y, double radius_um,
                                   ss_probe *out);

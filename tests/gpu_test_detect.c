@@ -84,9 +84,9 @@ static void fill_bumps(float *x, int64_t rows, int C, int polarity, uint64_t str
     int64_t t0 = (int64_t)ss_rng_next_below(&r, (uint64_t)rows + 20) - 10;
     int c0 = (int)ss_rng_next_below(&r, (uint64_t)C);
     double amp = 3.0 + 12.0 * ss_rng_next_uniform(&r);
-    double sign = polarity == SS_POLARITY_POSITIVE ? 1.0
+    double sign = polarity == SS_POLARITY_POSITIVE   ? 1.0
                   : polarity == SS_POLARITY_NEGATIVE ? -1.0
-                  : (ss_rng_next_below(&r, 2) ? 1.0 : -1.0);
+                                                     : (ss_rng_next_below(&r, 2) ? 1.0 : -1.0);
     for (int64_t dt = -6; dt <= 6; dt++) {
       int64_t t = t0 + dt;
       if (t < 0 || t >= rows) continue;
@@ -479,8 +479,8 @@ static void check_projection(const ss_pca *pca, const ss_spike_list *cpu, const 
       worst_disp = fmax(worst_disp, fabs((double)disp[e] - want[e]) / scale);
     }
   }
-  printf("projection of %lld spikes: max relative difference %.3g (device API), %.3g (host dispatcher)\n",
-         (long long)n, worst, worst_disp);
+  printf("projection of %lld spikes: max relative difference %.3g (device API), %.3g (host dispatcher)\n", (long long)n,
+         worst, worst_disp);
   assert_true(worst <= TOL_FEATURE_REL);
   assert_true(worst_disp <= TOL_FEATURE_REL);
   free(want);

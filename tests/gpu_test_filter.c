@@ -93,8 +93,9 @@ static void zero_phase_case(backends *b, const ss_filter *f, int C, int64_t n, u
   if (ss_filter_zero_phase(&ctx, &b->gpu, f, x, n, C, gpu) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   int64_t n_diff;
   double worst = max_diff(cpu, gpu, n * C, &n_diff), scale = max_abs(x, n * C);
-  print_message("zero-phase order %d, %d ch x %lld rows: max |diff| %.3g = %.3g of max|x|, %lld of %lld values differ\n",
-                f->order, C, (long long)n, worst, worst / scale, (long long)n_diff, (long long)(n * C));
+  print_message(
+      "zero-phase order %d, %d ch x %lld rows: max |diff| %.3g = %.3g of max|x|, %lld of %lld values differ\n",
+      f->order, C, (long long)n, worst, worst / scale, (long long)n_diff, (long long)(n * C));
   if (worst > FILTER_RTOL * scale) fail_msg("zero-phase: max |diff| %g > %g x %g", worst, FILTER_RTOL, scale);
   free(x);
   free(cpu);
@@ -113,7 +114,7 @@ static void zero_phase_matches_cpu(void **state) {
     const ss_filter *f;
     int C;
     int64_t n;
-  } cases[] = {{&f30, 1, 97},    {&f30, 1, 100003}, {&f30, 32, 300},   {&f30, 32, 40001},
+  } cases[] = {{&f30, 1, 97},     {&f30, 1, 100003},  {&f30, 32, 300},   {&f30, 32, 40001},
                {&f30, 128, 5003}, {&f30, 128, 20011}, {&f20, 32, 12345}, {&f4, 7, 33333}};
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
     zero_phase_case(b, cases[i].f, cases[i].C, cases[i].n, 10 + i);
@@ -380,7 +381,8 @@ static void errors_match_cpu(void **state) {
   const int wide = 12289;
   float *row = calloc(wide, sizeof(float));
   assert_int_equal(ss_filter_common_median(&gc, &b->gpu, row, 1, wide, NULL), SS_ERR_UNSUPPORTED);
-  assert_string_equal(ss_error_message(&gc), "filter: common median over 12289 channels: the GPU version takes at most 12288");
+  assert_string_equal(ss_error_message(&gc),
+                      "filter: common median over 12289 channels: the GPU version takes at most 12288");
   free(row);
 }
 
@@ -460,9 +462,9 @@ int main(void) {
   seed = (uint64_t)time(NULL);
   printf("gpu_test_filter: seed %llu\n", (unsigned long long)seed);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(zero_phase_matches_cpu),  cmocka_unit_test(zero_phase_device_in_place),
-      cmocka_unit_test(causal_matches_cpu),      cmocka_unit_test(common_median_matches_cpu),
-      cmocka_unit_test(thresholds_match_cpu),    cmocka_unit_test(errors_match_cpu),
+      cmocka_unit_test(zero_phase_matches_cpu), cmocka_unit_test(zero_phase_device_in_place),
+      cmocka_unit_test(causal_matches_cpu),     cmocka_unit_test(common_median_matches_cpu),
+      cmocka_unit_test(thresholds_match_cpu),   cmocka_unit_test(errors_match_cpu),
       cmocka_unit_test(chunk_timing),
   };
   return cmocka_run_group_tests(tests, ss_test_backends_setup, ss_test_backends_teardown);

@@ -30,7 +30,8 @@ static void simulate(int seed, char *path, size_t len) {
   const ss_sim_config c = ss_test_sim_config(DURATION, RATE, (uint64_t)seed);
   char name[64];
   snprintf(name, sizeof(name), "sim%d.bin", seed);
-  if (ss_test_simulate(PROBE, 40.0, &c, SS_SIM_FORMAT_BINARY, name, path, len, NULL)) fail_msg("simulation %d failed", seed);
+  if (ss_test_simulate(PROBE, 40.0, &c, SS_SIM_FORMAT_BINARY, name, path, len, NULL))
+    fail_msg("simulation %d failed", seed);
 }
 
 static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, int causal, ss_spikes *out,
@@ -126,8 +127,8 @@ static void gpu_chunk_size_independence(void **state) {
     ss_spikes s;
     run(path, SS_DEVICE_CUDA, chunks[k], &s, &t);
     double f1 = matched_fraction(&ref, &s, &w), f2 = matched_fraction(&s, &ref, &w);
-    print_message("GPU chunks of %.1f s vs 10 s: %lld vs %lld spikes, matched %.5f / %.5f\n", chunks[k],
-                  (long long)s.n, (long long)ref.n, f1, f2);
+    print_message("GPU chunks of %.1f s vs 10 s: %lld vs %lld spikes, matched %.5f / %.5f\n", chunks[k], (long long)s.n,
+                  (long long)ref.n, f1, f2);
     assert_true(f1 >= MIN_MATCHED && f2 >= MIN_MATCHED);
     ss_spikes_free(&s);
   }

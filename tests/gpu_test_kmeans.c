@@ -82,8 +82,8 @@ static void one_case(backends *b, int64_t n, int64_t d, int64_t k, uint64_t seed
 
 static void cpu_and_gpu_agree(void **state) {
   backends *b = *state;
-  const int64_t cases[][3] = {{1000, 3, 5},   {5000, 75, 80}, {20011, 17, 33}, {3001, 96, 256},
-                              {777, 130, 7},  {64, 1, 1},     {4096, 32, 32},  {12345, 2, 300}};
+  const int64_t cases[][3] = {{1000, 3, 5},  {5000, 75, 80}, {20011, 17, 33}, {3001, 96, 256},
+                              {777, 130, 7}, {64, 1, 1},     {4096, 32, 32},  {12345, 2, 300}};
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
     one_case(b, cases[c][0], cases[c][1], cases[c][2], 100 + c);
 }

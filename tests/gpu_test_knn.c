@@ -23,7 +23,8 @@ static float *random_points(int64_t n, int64_t d, uint64_t stream, int grid) {
   ss_rng r = ss_rng_make((uint64_t)time(NULL), SS_RNG_TEST, stream);
   for (int64_t i = 0; i < n * d; i++) {
     if (grid == 1) x[i] = (float)ss_rng_next_below(&r, 3);
-    else if (grid == 2) x[i] = (float)((i % d ? 0.0 : 200.0 * (double)(i / d) / (double)n - 100.0) + ss_rng_next_uniform(&r));
+    else if (grid == 2)
+      x[i] = (float)((i % d ? 0.0 : 200.0 * (double)(i / d) / (double)n - 100.0) + ss_rng_next_uniform(&r));
     else x[i] = (float)(200.0 * ss_rng_next_uniform(&r) - 100.0);
   }
   return x;
@@ -37,9 +38,7 @@ static ss_backend open_be(ss_device_kind kind) {
   return be;
 }
 
-static const char *path_name(int path) {
-  return path == SS_KNN_PATH_FUSED ? "fused" : "tiled";
-}
+static const char *path_name(int path) { return path == SS_KNN_PATH_FUSED ? "fused" : "tiled"; }
 
 typedef struct {
   int64_t n, m, d, k, query_tile, ref_tile;
@@ -73,9 +72,10 @@ static void compare_case(const gpu_case *c, uint64_t stream) {
     int64_t diff = 0;
     for (int64_t i = 0; i < mk; i++) diff += ci[i] != gi[i] || cd[i] != gd[i];
     printf("n %lld m %lld d %lld k %lld tiles %lldx%lld grid %d, %s %s: %lld differences, %lld ties, %lld "
-           "fallbacks\n", (long long)c->n, (long long)c->m, (long long)c->d, (long long)c->k, (long long)st.query_tile,
-           (long long)st.ref_tile, c->grid, path_name(st.path),
-           ss_knn_strategy_name(st.strategy), (long long)diff, (long long)ties, (long long)st.fallbacks);
+           "fallbacks\n",
+           (long long)c->n, (long long)c->m, (long long)c->d, (long long)c->k, (long long)st.query_tile,
+           (long long)st.ref_tile, c->grid, path_name(st.path), ss_knn_strategy_name(st.strategy), (long long)diff,
+           (long long)ties, (long long)st.fallbacks);
     int few = ss_knn_candidates(c->k, c->n) <= SS_KNN_FUSED_MAX_CANDIDATES;
     int applies = paths[s] == SS_KNN_PATH_FUSED ? few && c->d <= SS_KNN_FUSED_MAX_DIM : 1;
     if (paths[s] != SS_KNN_PATH_AUTO) assert_int_equal(st.path, applies ? paths[s] : SS_KNN_PATH_GEMM);
@@ -94,19 +94,19 @@ static void cpu_gpu_identical(void **state) {
   const gpu_case cases[] = {
       {5000, 700, 3, 1, 4096, 65536, 0, 0},
       {10007, 300, 37, 25, 4096, 65536, 0, 0},
-      {3001, 200, 128, 100, 4096, 65536, 0, 0},   /* k > 64 */
-      {70001, 150, 16, 10, 4096, 65536, 0, 0},    /* two reference tiles, the last one short */
-      {20011, 1001, 24, 70, 333, 4999, 0, 0},     /* small odd tiles: many of both kinds */
-      {9000, 400, 3, 15, 4096, 65536, 1, 0},      /* coordinates in {0,1,2}: exact ties everywhere */
-      {600, 50, 8, 600, 4096, 65536, 0, 0},       /* k = n */
-      {1024, 1200, 32, 25, 4096, 65536, 0, 0},    /* the published grid's smallest case */
-      {33000, 1300, 256, 25, 4096, 65536, 0, 0},  /* fused: many splits, d a multiple of the dimension tile */
-      {4999, 130, 45, 49, 4096, 65536, 0, 0},     /* fused: the largest K' (64), queries and d off the tiles */
-      {40, 70, 3, 40, 4096, 65536, 0, 0},         /* fused: k = n smaller than one reference tile */
-      {5000, 20, 5, 1800, 4096, 65536, 0, 0},     /* K' = 2033: the largest warp queue (P = 4096) */
-      {30011, 500, 7, 32, 4096, 65536, 2, 0},     /* neighbours consecutive in index order, k = 32, d odd */
-      {9001, 700, 24, 20, 256, 65536, 0, 0},      /* the filter path in three query batches (256, 256, 188) */
-      {100003, 64, 9, 20, 4096, 16384, 0, 0},     /* seven reference tiles: shared thresholds across tiles */
+      {3001, 200, 128, 100, 4096, 65536, 0, 0},  /* k > 64 */
+      {70001, 150, 16, 10, 4096, 65536, 0, 0},   /* two reference tiles, the last one short */
+      {20011, 1001, 24, 70, 333, 4999, 0, 0},    /* small odd tiles: many of both kinds */
+      {9000, 400, 3, 15, 4096, 65536, 1, 0},     /* coordinates in {0,1,2}: exact ties everywhere */
+      {600, 50, 8, 600, 4096, 65536, 0, 0},      /* k = n */
+      {1024, 1200, 32, 25, 4096, 65536, 0, 0},   /* the published grid's smallest case */
+      {33000, 1300, 256, 25, 4096, 65536, 0, 0}, /* fused: many splits, d a multiple of the dimension tile */
+      {4999, 130, 45, 49, 4096, 65536, 0, 0},    /* fused: the largest K' (64), queries and d off the tiles */
+      {40, 70, 3, 40, 4096, 65536, 0, 0},        /* fused: k = n smaller than one reference tile */
+      {5000, 20, 5, 1800, 4096, 65536, 0, 0},    /* K' = 2033: the largest warp queue (P = 4096) */
+      {30011, 500, 7, 32, 4096, 65536, 2, 0},    /* neighbours consecutive in index order, k = 32, d odd */
+      {9001, 700, 24, 20, 256, 65536, 0, 0},     /* the filter path in three query batches (256, 256, 188) */
+      {100003, 64, 9, 20, 4096, 16384, 0, 0},    /* seven reference tiles: shared thresholds across tiles */
       /* the per-warp finish (K' <= 64), the seeded warp queue (one reference tile, K' <= 64, n > 4096) and the
        * one-tile selection-and-finish kernel (K' <= 64, n <= 4096; warps per query W = next_pow2(n / chunk) <= 8,
        * chunk = warp_chunk or 4096): */
@@ -124,25 +124,25 @@ static void cpu_gpu_identical(void **state) {
       {3000, 77, 9, 1, 4096, 65536, 0, 256},      /* k = 1, W = 8 parts of 375 */
       {4000, 1000, 16, 20, 300, 65536, 0, 512},   /* four query tiles (both distance buffers), W = 8 */
       /* the fused kernel (auto on <= 65,536 references, K' <= 64, d <= 256; forced above): */
-      {1024, 1200, 256, 25, 4096, 65536, 0, 0},   /* the grid's 2^10, d 256: one tile per split */
-      {20011, 77, 61, 25, 4096, 65536, 0, 0},     /* 3 query tiles, 53 splits of 3 tiles, n, m, d off every tile */
-      {3001, 45, 33, 32, 4096, 65536, 0, 0},      /* k = 32, d odd, a short last tile */
-      {700, 90, 5, 1, 4096, 65536, 0, 0},         /* k = 1: six splits of one tile */
-      {4000, 300, 3, 25, 4096, 65536, 1, 0},      /* {0,1,2}: seeds and thresholds at ties, block scans */
-      {3000, 100, 300, 10, 4096, 65536, 0, 0},    /* d > 256: fused forced falls back to the tiled path */
-      {60, 33, 7, 52, 4096, 65536, 0, 0},         /* K' = n = 60 < one tile: no seed, trivially certified */
+      {1024, 1200, 256, 25, 4096, 65536, 0, 0}, /* the grid's 2^10, d 256: one tile per split */
+      {20011, 77, 61, 25, 4096, 65536, 0, 0},   /* 3 query tiles, 53 splits of 3 tiles, n, m, d off every tile */
+      {3001, 45, 33, 32, 4096, 65536, 0, 0},    /* k = 32, d odd, a short last tile */
+      {700, 90, 5, 1, 4096, 65536, 0, 0},       /* k = 1: six splits of one tile */
+      {4000, 300, 3, 25, 4096, 65536, 1, 0},    /* {0,1,2}: seeds and thresholds at ties, block scans */
+      {3000, 100, 300, 10, 4096, 65536, 0, 0},  /* d > 256: fused forced falls back to the tiled path */
+      {60, 33, 7, 52, 4096, 65536, 0, 0},       /* K' = n = 60 < one tile: no seed, trivially certified */
       /* grid-like shapes with d <= 64: */
-      {2048, 1200, 64, 25, 4096, 65536, 0, 0},    /* the grid's 2^11, d 64: D = 64, float4 rows */
-      {1000, 13, 41, 50, 4096, 65536, 0, 0},      /* K' = 64, d odd above 32, n off the 256-reference tile */
-      {300, 9, 33, 30, 4096, 65536, 1, 0},        /* {0,1,2}: seed ties, block scans of a partial block */
-      {4096, 2100, 8, 10, 4096, 65536, 0, 0},     /* fused: the filter path in one batch of 17 query tiles */
+      {2048, 1200, 64, 25, 4096, 65536, 0, 0}, /* the grid's 2^11, d 64: D = 64, float4 rows */
+      {1000, 13, 41, 50, 4096, 65536, 0, 0},   /* K' = 64, d odd above 32, n off the 256-reference tile */
+      {300, 9, 33, 30, 4096, 65536, 1, 0},     /* {0,1,2}: seed ties, block scans of a partial block */
+      {4096, 2100, 8, 10, 4096, 65536, 0, 0},  /* fused: the filter path in one batch of 17 query tiles */
       /* the TF32 filter path: small n, the three-kernel seed, ties */
-      {2048, 300, 64, 25, 4096, 65536, 0, 0},     /* n d beyond k_fused_small: 512 samples of 2,048 */
-      {20000, 150, 256, 25, 4096, 65536, 0, 0},   /* 1,250 samples at d 256: the seed in three kernels */
-      {1500, 200, 100, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties at every threshold, lists over capacity */
+      {2048, 300, 64, 25, 4096, 65536, 0, 0},   /* n d beyond k_fused_small: 512 samples of 2,048 */
+      {20000, 150, 256, 25, 4096, 65536, 0, 0}, /* 1,250 samples at d 256: the seed in three kernels */
+      {1500, 200, 100, 30, 4096, 65536, 1, 0},  /* {0,1,2}: ties at every threshold, lists over capacity */
       /* the staged candidate rows of balanced k_fused_small blocks (32 < d <= 64, d % 4 = 0): */
-      {1000, 1200, 44, 25, 4096, 65536, 0, 0},    /* rows of 11 float4s, n off the tile, two passes where P > 32 */
-      {1000, 1200, 36, 30, 4096, 65536, 1, 0},    /* {0,1,2}: ties, overflowing lists skip the stage for the scan */
+      {1000, 1200, 44, 25, 4096, 65536, 0, 0}, /* rows of 11 float4s, n off the tile, two passes where P > 32 */
+      {1000, 1200, 36, 30, 4096, 65536, 1, 0}, /* {0,1,2}: ties, overflowing lists skip the stage for the scan */
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) compare_case(&cases[i], 100 + 2 * i);
 }
@@ -219,7 +219,8 @@ static void device_entry_identical(void **state) {
     o.path = paths[p];
     ss_knn_stats st;
     assert_int_equal(cudaMemset(di, 0xff, sizeof(int32_t) * m * k), cudaSuccess);
-    if (ss_knn_cuda_search_device(&ctx, gx, &o, dq, m, di, dd, dc, &st) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+    if (ss_knn_cuda_search_device(&ctx, gx, &o, dq, m, di, dd, dc, &st) != SS_OK)
+      fail_msg("%s", ss_error_message(&ctx));
     assert_int_equal(st.path, paths[p]);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     assert_int_equal(cudaMemcpy(gi, di, sizeof(int32_t) * m * k, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -397,12 +398,9 @@ static void cli_both_devices(void **state) {
 int main(void) {
   ss_test_require_gpu();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(cpu_gpu_identical),
-      cmocka_unit_test(strategy_names_run_warp),
-      cmocka_unit_test(device_entry_identical),
-      cmocka_unit_test(repeated_searches_identical),
-      cmocka_unit_test(incremental_identical),
-      cmocka_unit_test(k_beyond_gpu_limit),
+      cmocka_unit_test(cpu_gpu_identical),      cmocka_unit_test(strategy_names_run_warp),
+      cmocka_unit_test(device_entry_identical), cmocka_unit_test(repeated_searches_identical),
+      cmocka_unit_test(incremental_identical),  cmocka_unit_test(k_beyond_gpu_limit),
       cmocka_unit_test(cli_both_devices),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

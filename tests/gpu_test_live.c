@@ -27,7 +27,7 @@
 #define DURATION 30.0
 #define PUSH_ROWS 30
 #define SOURCE_ARGS "--format binary --channels 32 --rate 30000 --uv-per-step 0.195"
-#define MATCH_TOLERANCE 3  /* samples between an offline spike (offset-corrected) and its live twin */
+#define MATCH_TOLERANCE 3 /* samples between an offline spike (offset-corrected) and its live twin */
 #define MIN_LABEL_AGREEMENT 0.999
 #define MIN_OFFLINE_AGREEMENT 0.95
 #define MAX_WAITS_PER_PUSH 3 /* strong flag, spike count, tables */
@@ -62,7 +62,6 @@ static int group_teardown(void **state) {
 }
 
 /* --- engine runs --------------------------------------------------------------------------------- */
-
 
 /* Rows [0, rows) in pushes of `push` rows, `streams` times (ss_live_reset between them); the spikes
  * sorted by (time, channel). */
@@ -241,9 +240,9 @@ static void agreement_with_offline_sort(void **state) {
   double agree = n ? (double)same / (double)n : 0;
   const char *summary = strstr(err, "live: done: ");
   printf("live --device cuda: offline sort %lld spikes, live %lld (%lld without an offline spike within %d samples); "
-         "%lld have a live twin, %.2f%% of ALL offline spikes with the same unit\n%s", (long long)n, (long long)got.n,
-         (long long)live_without_partner(&off, &got, MATCH_TOLERANCE), MATCH_TOLERANCE, (long long)matched,
-         100.0 * agree, summary ? summary : err);
+         "%lld have a live twin, %.2f%% of ALL offline spikes with the same unit\n%s",
+         (long long)n, (long long)got.n, (long long)live_without_partner(&off, &got, MATCH_TOLERANCE), MATCH_TOLERANCE,
+         (long long)matched, 100.0 * agree, summary ? summary : err);
   assert_true(agree >= MIN_OFFLINE_AGREEMENT);
   offline_sort_free(&off);
   free(got.s);
@@ -256,7 +255,8 @@ static void agreement_with_offline_sort(void **state) {
  * single-threaded CUDA run. */
 static void spin_workers_on_the_device(void **state) {
   (void)state;
-  static const char *modes[] = {"--device cuda", "--device cuda --spin --workers 3", "--device cuda --spin --replicas 2"};
+  static const char *modes[] = {"--device cuda", "--device cuda --spin --workers 3",
+                                "--device cuda --spin --replicas 2"};
   enum { N_MODES = sizeof(modes) / sizeof(modes[0]) };
   char *out[N_MODES], *err[N_MODES];
   collected got[N_MODES];

@@ -22,10 +22,7 @@
 #define ARI_MIN 0.99
 #define SIM_SECONDS 20 /* simulated recording for the third dataset (~1,500 spikes) */
 
-
 static ss_backend gpu;
-
-
 
 static void default_opts(ss_mask_em_opts *o) {
   ss_params p;
@@ -140,8 +137,8 @@ static void compare_fits_with(const float *x, const float *m, int64_t n, int64_t
   assert_int_equal(ss_cluster_ari(&ctx, rg.labels, rc.labels, n, &ari), SS_OK);
   printf("%s: N %lld D %lld: CPU %lld clusters, %lld iterations, %.2f s (score %.6f); GPU %lld clusters, %lld "
          "iterations, %.2f s (score %.6f); ARI GPU vs CPU %.5f\n",
-         name, (long long)n, (long long)d, (long long)rc.n_clusters, (long long)rc.n_iterations, rc.t_total_s,
-         rc.score, (long long)rg.n_clusters, (long long)rg.n_iterations, rg.t_total_s, rg.score, ari);
+         name, (long long)n, (long long)d, (long long)rc.n_clusters, (long long)rc.n_iterations, rc.t_total_s, rc.score,
+         (long long)rg.n_clusters, (long long)rg.n_iterations, rg.t_total_s, rg.score, ari);
   assert_int_equal(rg.n_clusters, rc.n_clusters);
   assert_true(ari >= ARI_MIN);
   ss_mask_em_result_free(&rc);
@@ -293,7 +290,8 @@ static void sort_device_cuda(void **state) {
     snprintf(args, sizeof(args), "sort '%s.nwb' -o '%s_%s' --device %s", base, base, devices[d], devices[d]);
     rc = ss_test_run_cli(args, &out, &err);
     if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);
-    if (d == 1 && !strstr(err, "masked EM on cuda")) fail_msg("sort --device cuda did not run masked EM on cuda:\n%s", err);
+    if (d == 1 && !strstr(err, "masked EM on cuda"))
+      fail_msg("sort --device cuda did not run masked EM on cuda:\n%s", err);
     free(out);
     free(err);
     snprintf(clu[d], sizeof(clu[d]), "%s_%s/sortrec.clu.1", base, devices[d]);
@@ -323,14 +321,10 @@ int main(void) {
     return 1;
   }
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(quick_steps_refused),
-      cmocka_unit_test(first_iterations_agree),
-      cmocka_unit_test(fits_agree_synthetic),
-      cmocka_unit_test(block_kernels_agree),
-      cmocka_unit_test(fits_agree_simulated),
-      cmocka_unit_test(deterministic),
-      cmocka_unit_test(cli_device_cuda),
-      cmocka_unit_test(sort_device_cuda),
+      cmocka_unit_test(quick_steps_refused),  cmocka_unit_test(first_iterations_agree),
+      cmocka_unit_test(fits_agree_synthetic), cmocka_unit_test(block_kernels_agree),
+      cmocka_unit_test(fits_agree_simulated), cmocka_unit_test(deterministic),
+      cmocka_unit_test(cli_device_cuda),      cmocka_unit_test(sort_device_cuda),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   ss_backend_close(&gpu);

@@ -208,7 +208,8 @@ static inline int live_fixture_make(live_fixture *f, const char *name, double du
 
 /* `live LIVE_ARGS` with its stdout and stderr, while `replay REPLAY_ARGS` (if not NULL) sends; outputs
  * in TAG.out, TAG.err, TAG.rc and TAG_replay.err; returns live's exit code. */
-static inline int live_cli_run(const char *tag, const char *replay_args, const char *live_args, char **out, char **err) {
+static inline int live_cli_run(const char *tag, const char *replay_args, const char *live_args, char **out,
+                               char **err) {
   char out_path[LIVE_PATH_LEN], err_path[LIVE_PATH_LEN], rep_path[LIVE_PATH_LEN], rc_path[LIVE_PATH_LEN], leaf[256];
   char *cmd = malloc(65536);
   assert_non_null(cmd);

@@ -26,13 +26,17 @@ static void knn_header_sizes(void **state) {
   char args[1024], want[1024];
   const char *big = ss_test_write_file("dim_max.csv", "2,0,2,9223372036854775807\n1,2,0\n3,4,1\n");
   snprintf(args, sizeof(args), "knn '%s' -o -", big);
-  snprintf(want, sizeof(want), "spikestream knn: %s: line 1: header: dim: expected an integer in [1, 65536], got "
-           "\"9223372036854775807\"\n", big);
+  snprintf(want, sizeof(want),
+           "spikestream knn: %s: line 1: header: dim: expected an integer in [1, 65536], got "
+           "\"9223372036854775807\"\n",
+           big);
   expect_cli(args, 1, want);
   const char *digits = ss_test_write_file("digits.csv", "2,12345678901234567890123,2,2\n1,2,0\n3,4,1\n");
   snprintf(args, sizeof(args), "knn '%s' -o -", digits);
-  snprintf(want, sizeof(want), "%s: line 1: header: newels: expected an integer in [0, 1000000000000], got "
-           "\"12345678901234567890123\"", digits);
+  snprintf(want, sizeof(want),
+           "%s: line 1: header: newels: expected an integer in [0, 1000000000000], got "
+           "\"12345678901234567890123\"",
+           digits);
   expect_cli(args, 1, want);
 }
 
@@ -76,15 +80,18 @@ static void nwb_rate_out_of_range(void **state) {
   ss_test_path(path, sizeof(path), "rate.nwb");
   write_nwb(path);
   hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-  hid_t d = H5Dopen2(f, "/acquisition/ElectricalSeries/starting_time", H5P_DEFAULT), a = H5Aopen(d, "rate", H5P_DEFAULT);
+  hid_t d = H5Dopen2(f, "/acquisition/ElectricalSeries/starting_time", H5P_DEFAULT),
+        a = H5Aopen(d, "rate", H5P_DEFAULT);
   double rate = 1e300;
   assert_true(H5Awrite(a, H5T_NATIVE_DOUBLE, &rate) >= 0);
   H5Aclose(a), H5Dclose(d), H5Fclose(f);
   char out[512];
   ss_test_path(out, sizeof(out), "rate_out");
   snprintf(args, sizeof(args), "sort -q '%s' -o '%s'", path, out);
-  snprintf(want, sizeof(want), "spikestream sort: %s: /acquisition/ElectricalSeries/starting_time: attribute rate: "
-           "expected a sampling rate in [1, 1e+06] Hz, got 1e+300\n", path);
+  snprintf(want, sizeof(want),
+           "spikestream sort: %s: /acquisition/ElectricalSeries/starting_time: attribute rate: "
+           "expected a sampling rate in [1, 1e+06] Hz, got 1e+300\n",
+           path);
   expect_cli(args, 1, want);
 }
 
@@ -101,8 +108,10 @@ static void nwb_electrodes_not_fitting(void **state) {
   char out[512];
   ss_test_path(out, sizeof(out), "electrodes_out");
   snprintf(args, sizeof(args), "sort -q '%s' -o '%s'", path, out);
-  snprintf(want, sizeof(want), "spikestream sort: %s: /acquisition/ElectricalSeries/electrodes: channel 3: row 40 is "
-           "outside the electrodes table (4 rows)\n", path);
+  snprintf(want, sizeof(want),
+           "spikestream sort: %s: /acquisition/ElectricalSeries/electrodes: channel 3: row 40 is "
+           "outside the electrodes table (4 rows)\n",
+           path);
   expect_cli(args, 1, want);
 }
 

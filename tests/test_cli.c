@@ -36,7 +36,7 @@ static void params_check(void **state) {
   (void)state;
   char *out, *err, args[1024];
   const char *bad = ss_test_write_file("bad.json", "{\"detect\": {\"strong_std\": \"x\", \"colour\": 1},"
-                                                    " \"filter\": {\"order\": 0}}");
+                                                   " \"filter\": {\"order\": 0}}");
   snprintf(args, sizeof(args), "params --check '%s'", bad);
   assert_int_equal(run(args, &out, &err), 1);
   char expect[2048];
@@ -96,10 +96,8 @@ static void info_names_backend(void **state) {
   char *out, *err;
   assert_int_equal(run("info", &out, &err), 0);
   char why[256];
-  if (ss_backend_gpu_count(why, sizeof(why)) == 0)
-    assert_non_null(strstr(out, "no CUDA device"));
-  else
-    assert_non_null(strstr(out, "compute capability"));
+  if (ss_backend_gpu_count(why, sizeof(why)) == 0) assert_non_null(strstr(out, "no CUDA device"));
+  else assert_non_null(strstr(out, "compute capability"));
   assert_non_null(strstr(out, "cpu backend:"));
   free(out), free(err);
 }
@@ -165,9 +163,10 @@ static void detect_device_cpu(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(help_and_usage), cmocka_unit_test(params_check), cmocka_unit_test(probe_command),
-      cmocka_unit_test(params_doc_is_current), cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
-      cmocka_unit_test(device_option), cmocka_unit_test(detect_device_cpu),
+      cmocka_unit_test(help_and_usage),     cmocka_unit_test(params_check),
+      cmocka_unit_test(probe_command),      cmocka_unit_test(params_doc_is_current),
+      cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
+      cmocka_unit_test(device_option),      cmocka_unit_test(detect_device_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -301,7 +301,8 @@ static void load_results_file(void **state) {
   char expect_msg[1024];
   write_results(path, t, 4, cl, 3, 25000, 1);
   assert_int_equal(ss_spike_trains_load(&ctx, path, &o, &s), SS_ERR_INPUT);
-  snprintf(expect_msg, sizeof(expect_msg), "%s: /spikes/cluster: expected 4 values (as /spikes/time_samples), got 3", path);
+  snprintf(expect_msg, sizeof(expect_msg), "%s: /spikes/cluster: expected 4 values (as /spikes/time_samples), got 3",
+           path);
   assert_string_equal(ss_error_message(&ctx), expect_msg);
   write_results(path, t, 4, NULL, 0, 25000, 1);
   assert_int_equal(ss_spike_trains_load(&ctx, path, &o, &s), SS_ERR_INPUT);
@@ -331,7 +332,8 @@ static void load_results_file(void **state) {
   assert_string_equal(ss_error_message(&ctx), "/nonexistent/x.h5: no such file or directory");
 }
 
-static void write_nwb(const char *path, const double *const *times, const int64_t *counts, int n_units, const double *snr) {
+static void write_nwb(const char *path, const double *const *times, const int64_t *counts, int n_units,
+                      const double *snr) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_nwb_meta meta = {.rate_hz = RATE, .n_channels = 2, .conversion = 1e-6};

@@ -217,8 +217,7 @@ static void time_masks_and_amplitude(void **state) {
   assert_true(m[0] == 0.0f && m[1] == 1.0f && fabsf(m[2] - 0.4f) < 1e-6f && m[3] == 0.0f);
   /* the waveform on channel 1 is cut around the sub-sample time (window 3 + 3) */
   const float *wf = f->out.waveforms + 1 * 6;
-  for (int k = 0; k < 6; k++)
-    assert_true(fabsf(wf[k] - ss_detect_interp(f->x, ROWS, C, 1, tc - 3 + k)) < 1e-6f);
+  for (int k = 0; k < 6; k++) assert_true(fabsf(wf[k] - ss_detect_interp(f->x, ROWS, C, 1, tc - 3 + k)) < 1e-6f);
   teardown(f);
   free(f);
 }
@@ -312,7 +311,8 @@ static void config_and_errors(void **state) {
   p.waveform.before_ms = 0.01;
   p.waveform.after_ms = 0.01;
   assert_int_equal(ss_detect_config_from_params(&ctx, &p, 20000, &cfg), SS_ERR_INPUT);
-  assert_string_equal(ss_error_message(&ctx), "waveform: before_ms + after_ms = 0.02 ms is less than one sample at 20000 Hz");
+  assert_string_equal(ss_error_message(&ctx),
+                      "waveform: before_ms + after_ms = 0.02 ms is less than one sample at 20000 Hz");
   fixture *f = malloc(sizeof(*f));
   setup(f, -1, 1, SS_POLARITY_NEGATIVE);
   ss_detect_block blk = {f->x, ROWS, 0, 0, ROWS + 1, 0, ROWS};
@@ -324,10 +324,14 @@ static void config_and_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(non_adjacent_same_time_two_spikes), cmocka_unit_test(weak_only_is_no_spike),
-      cmocka_unit_test(join_size),                          cmocka_unit_test(straddling_component_once),
-      cmocka_unit_test(dead_channel_ignored),               cmocka_unit_test(polarity),
-      cmocka_unit_test(time_masks_and_amplitude),           cmocka_unit_test(random_blocks_match_reference),
+      cmocka_unit_test(non_adjacent_same_time_two_spikes),
+      cmocka_unit_test(weak_only_is_no_spike),
+      cmocka_unit_test(join_size),
+      cmocka_unit_test(straddling_component_once),
+      cmocka_unit_test(dead_channel_ignored),
+      cmocka_unit_test(polarity),
+      cmocka_unit_test(time_masks_and_amplitude),
+      cmocka_unit_test(random_blocks_match_reference),
       cmocka_unit_test(interpolation),
       cmocka_unit_test(config_and_errors),
   };

@@ -226,7 +226,8 @@ static void noise_level(void **state) {
   assert_int_equal(ss_threshold_compute(&ctx, NULL, &p, blocks, 2, C, use, &th), SS_OK);
   assert_true(fabs(th.sigma[0] - 10.0) < 0.1 && fabs(th.sigma[1] - 20.0) < 0.2);
   assert_true(th.sigma[2] == 0 && isinf(th.weak[2]) && isinf(th.strong[2]));
-  assert_true(fabs(th.weak[0] - 2.0 * th.sigma[0]) < 1e-4 && fabs(th.strong[1] - p.detect.strong_std * th.sigma[1]) < 1e-3);
+  assert_true(fabs(th.weak[0] - 2.0 * th.sigma[0]) < 1e-4 &&
+              fabs(th.strong[1] - p.detect.strong_std * th.sigma[1]) < 1e-3);
   ss_thresholds_free(&th);
   p.detect.noise = SS_NOISE_POOLED;
   assert_int_equal(ss_threshold_compute(&ctx, NULL, &p, blocks, 2, C, use, &th), SS_OK);
@@ -268,9 +269,12 @@ static void noise_level(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(magnitude_matches_analytic), cmocka_unit_test(chunk_with_margins_equals_whole),
-      cmocka_unit_test(sinusoid_gain_and_phase),    cmocka_unit_test(causal_state_carries),
-      cmocka_unit_test(common_median),              cmocka_unit_test(design_errors),
+      cmocka_unit_test(magnitude_matches_analytic),
+      cmocka_unit_test(chunk_with_margins_equals_whole),
+      cmocka_unit_test(sinusoid_gain_and_phase),
+      cmocka_unit_test(causal_state_carries),
+      cmocka_unit_test(common_median),
+      cmocka_unit_test(design_errors),
       cmocka_unit_test(noise_level),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

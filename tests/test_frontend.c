@@ -120,8 +120,9 @@ static void cli_detect(void **state) {
   (void)state;
   char dir[4096], args[12000], path[4200];
   ss_test_path(dir, sizeof(dir), "out");
-  snprintf(args, sizeof(args), "detect '%s' --format binary --channels 32 --rate 20000 --probe '%s' --threads 2 -q -o '%s'",
-           bin_path, PROBE, dir);
+  snprintf(args, sizeof(args),
+           "detect '%s' --format binary --channels 32 --rate 20000 --probe '%s' --threads 2 -q -o '%s'", bin_path,
+           PROBE, dir);
   char *out, *err;
   int code = ss_test_run_cli(args, &out, &err);
   if (code != 0) fail_msg("exit %d: %s", code, err);

@@ -98,10 +98,8 @@ static void expect_features_error(const char *fet_text, const char *fmask_text, 
   char expected[2048], tail2[1024];
   /* "%F" in a tail stands for the .fet path */
   const char *mark = strstr(tail, "%F");
-  if (mark)
-    snprintf(tail2, sizeof(tail2), "%.*s%s%s", (int)(mark - tail), tail, fet, mark + 2);
-  else
-    snprintf(tail2, sizeof(tail2), "%s", tail);
+  if (mark) snprintf(tail2, sizeof(tail2), "%.*s%s%s", (int)(mark - tail), tail, fet, mark + 2);
+  else snprintf(tail2, sizeof(tail2), "%s", tail);
   snprintf(expected, sizeof(expected), "%s: %s", blame_mask ? fmask : fet, tail2);
   assert_string_equal(ss_error_message(&ctx), expected);
 }
@@ -124,11 +122,11 @@ static void feature_rejections(void **state) {
   expect_features_error("2\n1 2\n", NULL, 2, SS_ERR_INPUT, 0,
                         "drop_last_n_features = 2 leaves no features (the file has 2)");
   expect_features_error("2\n1 2\n3 4\n", "2\n1 1\n", 0, SS_ERR_INPUT, 1, "1 rows, but %F has 2");
-  expect_features_error("2\n1 2\n", "3\n1 1 1\n", 0, SS_ERR_INPUT, 1,
-                        "line 1: 3 masks per row, but %F has 2 features");
+  expect_features_error("2\n1 2\n", "3\n1 1 1\n", 0, SS_ERR_INPUT, 1, "line 1: 3 masks per row, but %F has 2 features");
   expect_features_error("2\n1 2\n3 4\n", "2\n1 1\n1 1.5\n", 0, SS_ERR_INPUT, 1,
                         "line 3, column 2: mask outside [0, 1]: \"1.5\"");
-  expect_features_error("2\n1 2\n", "2\n-0.1 1\n", 0, SS_ERR_INPUT, 1, "line 2, column 1: mask outside [0, 1]: \"-0.1\"");
+  expect_features_error("2\n1 2\n", "2\n-0.1 1\n", 0, SS_ERR_INPUT, 1,
+                        "line 2, column 1: mask outside [0, 1]: \"-0.1\"");
   expect_features_error("2\n1 2\n", "2\n1 inf\n", 0, SS_ERR_INPUT, 1, "line 2, column 2: not finite: \"inf\"");
   expect_features_error("2\n1 2\n3 4\n", mask_ok, 0, SS_OK, 0, "");
   ss_ctx ctx;
@@ -207,8 +205,10 @@ int main(void) {
   seed = (uint64_t)time(NULL);
   printf("test_klustakwik: seed %llu\n", (unsigned long long)seed);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(features_round_trip),           cmocka_unit_test(reads_klustakwik_layout),
-      cmocka_unit_test(feature_rejections),            cmocka_unit_test(clu_round_trip_and_rejections),
+      cmocka_unit_test(features_round_trip),
+      cmocka_unit_test(reads_klustakwik_layout),
+      cmocka_unit_test(feature_rejections),
+      cmocka_unit_test(clu_round_trip_and_rejections),
       cmocka_unit_test(writes_into_missing_directory_fail_cleanly),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

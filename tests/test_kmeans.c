@@ -201,8 +201,7 @@ static void bad_inputs(void **state) {
   expect_fail(ss_kmeans_fit(&ctx, &be, x, 4, 1, &o, &r), SS_ERR_INPUT, &ctx, "kmeans: k must be at least 1, got 0");
   o.k = 1;
   expect_fail(ss_kmeans_fit(&ctx, &be, x, 0, 1, &o, &r), SS_ERR_INPUT, &ctx, "kmeans: no points (empty input)");
-  expect_fail(ss_kmeans_fit(&ctx, &be, x, 4, 0, &o, &r), SS_ERR_INPUT, &ctx,
-              "kmeans: the points have no dimensions");
+  expect_fail(ss_kmeans_fit(&ctx, &be, x, 4, 0, &o, &r), SS_ERR_INPUT, &ctx, "kmeans: the points have no dimensions");
   x[3] = NAN;
   expect_fail(ss_kmeans_fit(&ctx, &be, x, 2, 2, &o, &r), SS_ERR_INPUT, &ctx,
               "kmeans: points: row 1, column 1 is not finite (nan)");
@@ -287,7 +286,8 @@ static void image_files(void **state) {
   const char *png = ss_test_write_file("photo.png", "\x89PNG");
   snprintf(msg, sizeof(msg),
            "%s: unsupported image format: give a binary PPM (.ppm, P6) or a .npy H x W x C array (no image "
-           "library is built in: convert PNG/JPEG first)", png);
+           "library is built in: convert PNG/JPEG first)",
+           png);
   expect_fail(ss_kmeans_image_read(&ctx, png, &img, &h, &w, &c), SS_ERR_INPUT, &ctx, msg);
   /* a .npy uint8 H x W x 3 image */
   char npy[512];
@@ -355,11 +355,16 @@ static void cli_round_trip(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(one_dimension_by_hand),  cmocka_unit_test(two_groups_by_hand),
-      cmocka_unit_test(kmeanspp_reproducible),  cmocka_unit_test(empty_cluster_reseeded),
-      cmocka_unit_test(thread_count_independent), cmocka_unit_test(bad_inputs),
-      cmocka_unit_test(assign_against_model),   cmocka_unit_test(patches_of_an_image),
-      cmocka_unit_test(image_files),            cmocka_unit_test(cli_round_trip),
+      cmocka_unit_test(one_dimension_by_hand),
+      cmocka_unit_test(two_groups_by_hand),
+      cmocka_unit_test(kmeanspp_reproducible),
+      cmocka_unit_test(empty_cluster_reseeded),
+      cmocka_unit_test(thread_count_independent),
+      cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(assign_against_model),
+      cmocka_unit_test(patches_of_an_image),
+      cmocka_unit_test(image_files),
+      cmocka_unit_test(cli_round_trip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,7 +198,8 @@ static void csv_errors(void **state) {
                    "header: newels = 1 points to classify (class -1), got 2");
   expect_csv_error("text.csv", "2,1,2,2\n1,x,0\n3,4,1\n5,6,-1\n", "line 2, column 2: not a number: \"x\"");
   expect_csv_error("nan.csv", "2,1,2,2\n1,nan,0\n3,4,1\n5,6,-1\n", "line 2, column 2: not finite: \"nan\"");
-  expect_csv_error("header.csv", "2,1,2\n1,2,0\n", "line 1: expected the header numels,newels,classes,dim (four "
+  expect_csv_error("header.csv", "2,1,2\n1,2,0\n",
+                   "line 1: expected the header numels,newels,classes,dim (four "
                    "integers), got \"2,1,2\"");
   expect_csv_error("class.csv", "2,0,2,2\n1,2,0\n3,4,2\n", "row 2: class: expected -1 or an integer in [0, 2), got 2");
   expect_csv_error("fraction.csv", "2,0,2,2\n1,2,0\n3,4,0.5\n",
@@ -324,10 +325,14 @@ static void cli_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(search_matches_float64), cmocka_unit_test(ties_by_lower_index),
-      cmocka_unit_test(vote_rules),             cmocka_unit_test(bad_k),
-      cmocka_unit_test(incremental_equals_serial), cmocka_unit_test(csv_errors),
-      cmocka_unit_test(cli_round_trip),         cmocka_unit_test(cli_errors),
+      cmocka_unit_test(search_matches_float64),
+      cmocka_unit_test(ties_by_lower_index),
+      cmocka_unit_test(vote_rules),
+      cmocka_unit_test(bad_k),
+      cmocka_unit_test(incremental_equals_serial),
+      cmocka_unit_test(csv_errors),
+      cmocka_unit_test(cli_round_trip),
+      cmocka_unit_test(cli_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,10 +17,10 @@
 #include "core/rng.h"
 #include "ss_test.h"
 
-#define C 3                 /* channels: a 6-byte frame, so odd write sizes split frames */
+#define C 3 /* channels: a 6-byte frame, so odd write sizes split frames */
 #define ROWS 500
 #define FRAME (C * (int)sizeof(int16_t))
-#define MAX_ROWS 7          /* smaller than most reads: exercises rows carried to the next call */
+#define MAX_ROWS 7 /* smaller than most reads: exercises rows carried to the next call */
 #define TIMEOUT_S 5.0
 #define SHORT_TIMEOUT_S 0.2
 
@@ -31,11 +31,11 @@ static int tcp_port;
 /* ---- helpers -------------------------------------------------------------------------------- */
 
 typedef struct {
-  const char *uri;        /* opened by the thread when link is NULL */
+  const char *uri; /* opened by the thread when link is NULL */
   ss_link *link;
   const void *bytes;
   size_t n;
-  const size_t *sizes;    /* write sizes, cycled */
+  const size_t *sizes; /* write sizes, cycled */
   int n_sizes;
   ss_status st;
   char msg[1024];
@@ -486,8 +486,10 @@ static void listen_loopback_by_default(void **state) {
   /* every interface: refused without a token (usage), at once */
   char wide[128], want[512];
   snprintf(wide, sizeof(wide), "tcp-listen://0.0.0.0:%d", tcp_port);
-  snprintf(want, sizeof(want), "%s: listening on a non-loopback address needs a shared token (--token-file); "
-           "tcp-listen://:PORT listens on loopback only", wide);
+  snprintf(want, sizeof(want),
+           "%s: listening on a non-loopback address needs a shared token (--token-file); "
+           "tcp-listen://:PORT listens on loopback only",
+           wide);
   assert_int_equal(ss_link_check(&ctx, wide, SS_LINK_READ, 0), SS_ERR_USAGE);
   assert_string_equal(ss_error_message(&ctx), want);
   assert_int_equal(ss_link_check(&ctx, wide, SS_LINK_READ, 1), SS_OK);
@@ -516,8 +518,10 @@ static void token_exchange(void **state) {
   ss_link_opts o = {.timeout_s = TIMEOUT_S, .token = bad, .token_len = strlen(bad)};
   ss_link *l = NULL;
   assert_int_equal(ss_link_open_with(&ctx, cu, SS_LINK_WRITE, &o, &l), SS_ERR_INPUT);
-  snprintf(want, sizeof(want), "%s: the listener refused the connection: a wrong token, or a listener without "
-           "--token-file", cu);
+  snprintf(want, sizeof(want),
+           "%s: the listener refused the connection: a wrong token, or a listener without "
+           "--token-file",
+           cu);
   assert_string_equal(ss_error_message(&ctx), want);
   o.token = good;
   o.token_len = strlen(good);
@@ -804,8 +808,7 @@ static void replay_receiver_disconnects(void **state) {
   reader_job r = {.uri = lu, .got = got, .stop_after_rows = 60};
   pthread_t t;
   assert_int_equal(pthread_create(&t, NULL, reader_main, &r), 0);
-  snprintf(args, sizeof(args), "replay -q '%s' --channels %d --rate %g --to '%s'", sim_bin, SIM_CHANNELS, SIM_RATE,
-           cu);
+  snprintf(args, sizeof(args), "replay -q '%s' --channels %d --rate %g --to '%s'", sim_bin, SIM_CHANNELS, SIM_RATE, cu);
   char *out, *err;
   int rc = ss_test_run_cli(args, &out, &err);
   pthread_join(t, NULL);
@@ -855,14 +858,22 @@ int main(void) {
   for (int i = 0; i < ROWS * C; i++) data[i] = (int16_t)(uint16_t)ss_rng_next_u64(&rng);
   tcp_port = 20000 + (int)ss_rng_next_below(&rng, 30000); /* fresh per run: parallel runs do not collide */
   const struct CMUnitTest link_tests[] = {
-      cmocka_unit_test(tcp_frames),         cmocka_unit_test(unix_frames),
-      cmocka_unit_test(unix_reader_connects), cmocka_unit_test(connect_retried),
-      cmocka_unit_test(pipe_frames),        cmocka_unit_test(stdin_frames),
-      cmocka_unit_test(ended_mid_frame),    cmocka_unit_test(listener_reopened),
-      cmocka_unit_test(bad_uris),           cmocka_unit_test(frame_reader_arguments),
-      cmocka_unit_test(timeouts),           cmocka_unit_test(receiver_gone),
-      cmocka_unit_test(listen_loopback_by_default), cmocka_unit_test(token_exchange),
-      cmocka_unit_test(token_files),        cmocka_unit_test(stream_header_checked),
+      cmocka_unit_test(tcp_frames),
+      cmocka_unit_test(unix_frames),
+      cmocka_unit_test(unix_reader_connects),
+      cmocka_unit_test(connect_retried),
+      cmocka_unit_test(pipe_frames),
+      cmocka_unit_test(stdin_frames),
+      cmocka_unit_test(ended_mid_frame),
+      cmocka_unit_test(listener_reopened),
+      cmocka_unit_test(bad_uris),
+      cmocka_unit_test(frame_reader_arguments),
+      cmocka_unit_test(timeouts),
+      cmocka_unit_test(receiver_gone),
+      cmocka_unit_test(listen_loopback_by_default),
+      cmocka_unit_test(token_exchange),
+      cmocka_unit_test(token_files),
+      cmocka_unit_test(stream_header_checked),
       cmocka_unit_test(idle_timeout),
   };
   const struct CMUnitTest replay_tests[] = {

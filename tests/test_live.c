@@ -37,7 +37,7 @@
 
 static char bin_path[4096];
 static ss_probe probe;
-static int16_t *raw;     /* the whole recording */
+static int16_t *raw; /* the whole recording */
 static int64_t n_rows;
 static ss_live_model model; /* built here from a causal front-end run */
 static ss_spikes fe;        /* that run's spikes */
@@ -126,7 +126,6 @@ static int group_teardown(void **state) {
 
 /* --- engine runs --------------------------------------------------------------------------------- */
 
-
 /* Push rows [0, n) in pushes of `push` rows; the spikes sorted by (time, channel). */
 static void run_engine(int64_t n, int64_t push, int assign, collected *out, ss_live_stats *stats) {
   ss_ctx ctx;
@@ -156,14 +155,15 @@ static void whole_pass(int64_t n, ss_spike_list *ref) {
   ss_test_ctx(&ctx);
   float *x = malloc((size_t)n * N_CH * sizeof(float));
   for (int64_t t = 0; t < n; t++)
-    for (int c = 0; c < N_CH; c++) x[t * N_CH + c] = (float)(raw[t * N_CH + c] * model.uv_per_step[c] + model.offset_uv);
+    for (int c = 0; c < N_CH; c++)
+      x[t * N_CH + c] = (float)(raw[t * N_CH + c] * model.uv_per_step[c] + model.offset_uv);
   ss_filter_state st;
   assert_int_equal(ss_filter_state_init(&ctx, &model.filter, N_CH, &st), SS_OK);
   assert_int_equal(ss_filter_causal_cpu(&ctx, &model.filter, &st, x, n, x), SS_OK);
   ss_filter_state_free(&st);
   ss_detect_config cfg = {.join_size = model.join_size, .n_before = model.n_before, .n_after = model.n_after};
-  ss_detect_block blk = {.x = x, .n_rows = n, .row0_sample = 0, .search_begin = 0, .search_end = n, .own_begin = 0,
-                         .own_end = n};
+  ss_detect_block blk =
+      {.x = x, .n_rows = n, .row0_sample = 0, .search_begin = 0, .search_end = n, .own_begin = 0, .own_end = n};
   ss_detect_work w = {0};
   ss_spike_list_init(&ctx, ref, N_CH, model.n_wave, 0);
   assert_int_equal(ss_detect_block_cpu(&ctx, &cfg, &model.graph, &model.thresholds, &blk, &w, ref), SS_OK);
@@ -323,7 +323,6 @@ static void engine_errors(void **state) {
   ss_backend_close(&be);
 }
 
-
 /* --- the command line: sort → replay → live ------------------------------------------------------ */
 
 #define CLI_DURATION 30.0
@@ -371,8 +370,9 @@ static double agreement(const char *assign) {
   for (size_t k = 0; k < sizeof(tolerances) / sizeof(tolerances[0]); k++) {
     int64_t na, m, sm;
     offline_agreement_all(&off, &got, tolerances[k], edge, end, &na, &m, &sm);
-    printf("within %2d samples: %lld of %lld offline spikes have a live twin, %lld (%.2f%% of all) with the same unit\n",
-           tolerances[k], (long long)m, (long long)na, (long long)sm, na ? 100.0 * sm / na : 0.0);
+    printf(
+        "within %2d samples: %lld of %lld offline spikes have a live twin, %lld (%.2f%% of all) with the same unit\n",
+        tolerances[k], (long long)m, (long long)na, (long long)sm, na ? 100.0 * sm / na : 0.0);
     if (tolerances[k] == MATCH_TOLERANCE) {
       n = na;
       partnered = m;
@@ -662,8 +662,8 @@ static void overruns_counted_nothing_dropped(void **state) {
 #define TRAIN_SETTLE_S 0.02 /* the engine starts its filter on the first labelled row: skip its settling */
 static void train_seconds(void **state) {
   (void)state;
-  char base[PATH_LEN], bin[PATH_LEN + 8], dir[PATH_LEN], model[PATH_LEN + 32], args[16384], replay[16384],
-      live[16384], *out, *err;
+  char base[PATH_LEN], bin[PATH_LEN + 8], dir[PATH_LEN], model[PATH_LEN + 32], args[16384], replay[16384], live[16384],
+      *out, *err;
   ss_test_path(base, sizeof(base), "train_sim");
   snprintf(bin, sizeof(bin), "%s.bin", base);
   ss_test_path(dir, sizeof(dir), "train_dir");
@@ -674,16 +674,20 @@ static void train_seconds(void **state) {
   free(out);
   free(err);
   snprintf(replay, sizeof(replay), "'%s' " CLI_SOURCE " --speed " TRAIN_SPEED " --to 'unix-listen://%s'", bin, fx.sock);
-  snprintf(live, sizeof(live), "--source 'unix://%s' --train-seconds %g --channels 32 --rate 30000 --uv-per-step 0.195 "
-           "--train-dir '%s'", fx.sock, TRAIN_S, dir);
+  snprintf(live, sizeof(live),
+           "--source 'unix://%s' --train-seconds %g --channels 32 --rate 30000 --uv-per-step 0.195 "
+           "--train-dir '%s'",
+           fx.sock, TRAIN_S, dir);
   double t0 = ss_now();
   int code = run_live(replay, live, &out, &err);
   if (code != 0) fail_msg("live --train-seconds: exit %d: %s", code, err);
   long long trained, skipped, samples, spikes, overruns;
   double secs, fit_s;
   const char *p = strstr(err, "live: training: ");
-  if (!p || sscanf(p, "live: training: %lld samples (%lf s) fitted in %lf s; %lld samples arrived while fitting, not labelled",
-                   &trained, &secs, &fit_s, &skipped) != 4)
+  if (!p ||
+      sscanf(p,
+             "live: training: %lld samples (%lf s) fitted in %lf s; %lld samples arrived while fitting, not labelled",
+             &trained, &secs, &fit_s, &skipped) != 4)
     fail_msg("no training line in: %s", err);
   if (!strstr(err, "live: done: ")) fail_msg("nothing labelled: the fit (%.1f s) outlasted the stream", fit_s);
   parse_summary(err, &samples, &spikes, &overruns);
@@ -701,7 +705,8 @@ static void train_seconds(void **state) {
   char *out2, *err2;
   if (run_live(NULL, live, &out2, &err2) != 0) fail_msg("live --model: %s", err2);
   parse_lines(out2, &ref);
-  const int64_t from = trained + skipped + (int64_t)(TRAIN_SETTLE_S * RATE), to = (int64_t)((TRAIN_DURATION - EDGE_S) * RATE);
+  const int64_t from = trained + skipped + (int64_t)(TRAIN_SETTLE_S * RATE),
+                to = (int64_t)((TRAIN_DURATION - EDGE_S) * RATE);
   int64_t want = 0, found = 0;
   for (int64_t i = 0; i < got.n; i++) assert_true(got.s[i].t >= trained + skipped);
   for (int64_t i = 0, j = 0; i < ref.n; i++) {
@@ -731,20 +736,36 @@ static void cli_errors(void **state) {
   } cases[] = {
       {"live --model m.h5", 2, "spikestream live: --source URI is required\n"},
       {"live --source -", 2, "spikestream live: --model M (or --train-seconds S) is required\n"},
-      {"live --source - --model m.h5 --format xml", 2, "spikestream live: --format: expected json or binary, got \"xml\"\n"},
-      {"live --source - --model m.h5 --assign vote", 2, "spikestream live: --assign: expected centroid or knn, got \"vote\"\n"},
-      {"live --source - --model m.h5 --k 0", 2, "spikestream live: --k: expected an integer in [1, 2147483647], got \"0\"\n"},
-      {"live --source - --model m.h5 --block-ms 0", 2, "spikestream live: --block-ms: expected a number in (0, 60000], got \"0\"\n"},
-      {"live --source - --train-seconds 60", 2, "spikestream live: --train-seconds needs --channels N and --rate HZ (the stream header is checked against them)\n"},
-      {"live --source - --train-seconds 0 --channels 32 --rate 30000", 2, "spikestream live: --train-seconds: expected a number > 0, got \"0\"\n"},
-      {"live --source - --model m.h5 --workers 2", 2, "spikestream live: --workers goes with --spin (the polling threads)\n"},
-      {"live --source - --model m.h5 --spin --workers 17", 2, "spikestream live: --workers: expected an integer in [1, 16], got \"17\"\n"},
-      {"live --source - --model m.h5 --replicas 2", 2, "spikestream live: --replicas goes with --spin, without --workers and --train-seconds\n"},
-      {"live --source - --model m.h5 --spin --workers 2 --replicas 2", 2, "spikestream live: --replicas goes with --spin, without --workers and --train-seconds\n"},
-      {"live --source - --model m.h5 --spin --replicas 9", 2, "spikestream live: --replicas: expected an integer in [1, 8], got \"9\"\n"},
-      {"live --source - --model m.h5 --pin 0,1", 2, "spikestream live: --pin: one CPU (the engine thread); a list goes with --spin's workers\n"},
-      {"live --source - --model m.h5 --spin --pin 0,x", 2, "spikestream live: --pin 0,x: expected at most 16 CPU numbers 0..1023 separated by commas\n"},
-      {"live --source - --model m.h5 --channels 32", 2, "spikestream live: --channels, --rate, --uv-per-step, --probe, --params and --train-dir go with --train-seconds (a model gives them)\n"},
+      {"live --source - --model m.h5 --format xml", 2,
+       "spikestream live: --format: expected json or binary, got \"xml\"\n"},
+      {"live --source - --model m.h5 --assign vote", 2,
+       "spikestream live: --assign: expected centroid or knn, got \"vote\"\n"},
+      {"live --source - --model m.h5 --k 0", 2,
+       "spikestream live: --k: expected an integer in [1, 2147483647], got \"0\"\n"},
+      {"live --source - --model m.h5 --block-ms 0", 2,
+       "spikestream live: --block-ms: expected a number in (0, 60000], got \"0\"\n"},
+      {"live --source - --train-seconds 60", 2,
+       "spikestream live: --train-seconds needs --channels N and --rate HZ (the stream header is checked against "
+       "them)\n"},
+      {"live --source - --train-seconds 0 --channels 32 --rate 30000", 2,
+       "spikestream live: --train-seconds: expected a number > 0, got \"0\"\n"},
+      {"live --source - --model m.h5 --workers 2", 2,
+       "spikestream live: --workers goes with --spin (the polling threads)\n"},
+      {"live --source - --model m.h5 --spin --workers 17", 2,
+       "spikestream live: --workers: expected an integer in [1, 16], got \"17\"\n"},
+      {"live --source - --model m.h5 --replicas 2", 2,
+       "spikestream live: --replicas goes with --spin, without --workers and --train-seconds\n"},
+      {"live --source - --model m.h5 --spin --workers 2 --replicas 2", 2,
+       "spikestream live: --replicas goes with --spin, without --workers and --train-seconds\n"},
+      {"live --source - --model m.h5 --spin --replicas 9", 2,
+       "spikestream live: --replicas: expected an integer in [1, 8], got \"9\"\n"},
+      {"live --source - --model m.h5 --pin 0,1", 2,
+       "spikestream live: --pin: one CPU (the engine thread); a list goes with --spin's workers\n"},
+      {"live --source - --model m.h5 --spin --pin 0,x", 2,
+       "spikestream live: --pin 0,x: expected at most 16 CPU numbers 0..1023 separated by commas\n"},
+      {"live --source - --model m.h5 --channels 32", 2,
+       "spikestream live: --channels, --rate, --uv-per-step, --probe, --params and --train-dir go with --train-seconds "
+       "(a model gives them)\n"},
       /* no silent CPU fallback: checked where there is no device (gpu_test_live runs the GPU path) */
       {"live --source - --model m.h5 --device cuda", 3, "spikestream live: --device cuda: no CUDA device available ("},
   };
@@ -768,8 +789,9 @@ static void cli_errors(void **state) {
   free(err);
   /* a stream shorter than the training: exit 1 naming it */
   snprintf(args, sizeof(args), "live --source '%s' --raw --train-seconds 100 --channels 32 --rate 30000 -q", fx.bin);
-  snprintf(want, sizeof(want), "spikestream live: %s: the stream ended after %.3f s, before the 100 s of --train-seconds\n",
-           fx.bin, CLI_DURATION);
+  snprintf(want, sizeof(want),
+           "spikestream live: %s: the stream ended after %.3f s, before the 100 s of --train-seconds\n", fx.bin,
+           CLI_DURATION);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 1);
   if (!strstr(err, want)) fail_msg("stderr: %s (expected %s)", err, want);
   free(out);

@@ -41,10 +41,8 @@ static int run_sort(const char *dir_name, const char *extra, char **err_keep) {
   int code = ss_test_run_cli(args, &out, &err);
   if (code != 0) fprintf(stderr, "spikestream %s: exit %d\n%s\n", args, code, err);
   free(out);
-  if (err_keep)
-    *err_keep = err;
-  else
-    free(err);
+  if (err_keep) *err_keep = err;
+  else free(err);
   return code;
 }
 
@@ -138,7 +136,8 @@ static void match_rules(void **state) {
   int64_t match[8], n = -1;
   assert_int_equal(ss_live_match(&ctx, &cau, &off, &chain, 10.0, 3.0, match, &n), SS_OK);
   for (int i = 0; i < 8; i++)
-    if (match[i] != want[i]) fail_msg("causal spike %d: matched %lld, expected %lld", i, (long long)match[i], (long long)want[i]);
+    if (match[i] != want[i])
+      fail_msg("causal spike %d: matched %lld, expected %lld", i, (long long)match[i], (long long)want[i]);
   assert_int_equal(n, 5);
   /* tolerance 1: only 110 and 210.4 are close enough */
   const int64_t want1[] = {0, -1, -1, 1, -1, -1, -1, -1};
@@ -202,9 +201,20 @@ static void twin_prototypes(void **state) {
   }
   ss_backend be;
   assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 1, &be), SS_OK);
-  ss_live_twin_input in = {.offline = {N, t, NULL, ch}, .offline_labels = lab, .causal = {N, t, NULL, ch},
-                           .causal_features = feat, .causal_masks = mask, .n_channels = C, .n_pcs = 1, .graph = NULL,
-                           .max_lag = 10, .tolerance = 1, .ref_cap = N, .max_prototypes = 4, .be = &be, .seed = 1};
+  ss_live_twin_input in = {.offline = {N, t, NULL, ch},
+                           .offline_labels = lab,
+                           .causal = {N, t, NULL, ch},
+                           .causal_features = feat,
+                           .causal_masks = mask,
+                           .n_channels = C,
+                           .n_pcs = 1,
+                           .graph = NULL,
+                           .max_lag = 10,
+                           .tolerance = 1,
+                           .ref_cap = N,
+                           .max_prototypes = 4,
+                           .be = &be,
+                           .seed = 1};
   ss_live_twin tw;
   assert_int_equal(ss_live_twin_build(&ctx, &in, &tw), SS_OK);
   assert_int_equal(tw.n_units, 2);
@@ -285,7 +295,8 @@ static void twin_builder(void **state) {
   in.causal_features = feat + 12;
   in.causal_masks = mask + 12;
   assert_int_equal(ss_live_twin_build(&ctx, &in, &t), SS_ERR_INPUT);
-  assert_string_equal(ss_error_message(&ctx), "live twin: none of the 1 causal spikes matches one of the 6 offline spikes");
+  assert_string_equal(ss_error_message(&ctx),
+                      "live twin: none of the 1 causal spikes matches one of the 6 offline spikes");
 }
 
 /* --- the causal front end --------------------------------------------------------------------- */
@@ -319,10 +330,8 @@ static void run_frontend(int causal, double chunk_s, double twin_factor, ss_spik
   ss_frontend_model_free(&model);
   ss_backend_close(&be);
   ss_source_close(src);
-  if (probe_out)
-    *probe_out = probe;
-  else
-    ss_probe_free(&probe);
+  if (probe_out) *probe_out = probe;
+  else ss_probe_free(&probe);
 }
 
 /* filter.causal: 1 s and 4 s chunks give identical spikes; they differ from the zero-phase ones. */
@@ -417,7 +426,8 @@ static void sort_writes_twin(void **state) {
   ss_params_defaults(&p);
   ss_filter f;
   assert_int_equal(ss_filter_design(&ctx, (int)p.sort.live_filter_order, p.sort.live_low_hz,
-                                    p.filter.high_nyquist_fraction * m.rate_hz / 2, m.rate_hz, &f), SS_OK);
+                                    p.filter.high_nyquist_fraction * m.rate_hz / 2, m.rate_hz, &f),
+                   SS_OK);
   assert_int_equal(m.filter.n_sections, f.n_sections);
   for (int q = 0; q < f.n_sections; q++) {
     assert_true(m.filter.sos[q].b0 == f.sos[q].b0 && m.filter.sos[q].a1 == f.sos[q].a1);
@@ -436,7 +446,8 @@ static void sort_writes_twin(void **state) {
   H5Fclose(h);
   const int64_t D = (int64_t)m.n_channels * m.n_pcs;
   for (int64_t u = 0, rows; u < m.k; u += rows) {
-    for (rows = 1; u + rows < m.k && m.unit_id[u + rows] == m.unit_id[u]; rows++) {}
+    for (rows = 1; u + rows < m.k && m.unit_id[u + rows] == m.unit_id[u]; rows++) {
+    }
     assert_true(rows <= p.sort.live_prototypes);
     double sum = 0;
     int64_t n = 0;
@@ -468,11 +479,13 @@ static void twin_covers_offline(void **state) {
   for (int64_t u = 0; u < k; u++) {
     int found = 0;
     for (int64_t j = 0; j < m.k; j++) found |= m.unit_id[j] == u;
-    if (count[u] >= MIN_UNIT_SPIKES && !found) fail_msg("unit %lld (%lld spikes) has no causal centroid", (long long)u, (long long)count[u]);
+    if (count[u] >= MIN_UNIT_SPIKES && !found)
+      fail_msg("unit %lld (%lld spikes) has no causal centroid", (long long)u, (long long)count[u]);
   }
   hid_t h = H5Fopen(twin_model, H5F_ACC_RDONLY, H5P_DEFAULT);
   double offset = read_attr(h, "/live", "time_offset_samples");
-  int64_t n_causal = (int64_t)read_attr(h, "/live", "n_causal"), n_matched = (int64_t)read_attr(h, "/live", "n_matched");
+  int64_t n_causal = (int64_t)read_attr(h, "/live", "n_causal"),
+          n_matched = (int64_t)read_attr(h, "/live", "n_matched");
   double factor = read_attr(h, "/live", "threshold_factor"), partner = read_attr(h, "/live", "partner_fraction");
   H5Fclose(h);
   /* the causal spikes again, matched the way sort does (join_size + 1 sample) */
@@ -492,16 +505,19 @@ static void twin_covers_offline(void **state) {
       hit[match[i]] = 1;
       covered++;
     }
-  print_message("live twin: factor %.3f (calibration: %.1f %% partnered); %lld causal spikes, %lld matched; %lld of %lld "
-                "offline spikes covered (%.1f %%), offset %.2f\n", factor, 100.0 * partner, (long long)cs.n, (long long)nm,
-                (long long)covered, (long long)n, 100.0 * covered / n, offset);
+  print_message(
+      "live twin: factor %.3f (calibration: %.1f %% partnered); %lld causal spikes, %lld matched; %lld of %lld "
+      "offline spikes covered (%.1f %%), offset %.2f\n",
+      factor, 100.0 * partner, (long long)cs.n, (long long)nm, (long long)covered, (long long)n, 100.0 * covered / n,
+      offset);
   /* the calibration's promise (sort.live_recall 0.99), with a margin: its partners may be claimed by a
    * nearer causal spike in the causal → offline matching */
   ss_params p;
   ss_params_defaults(&p);
   assert_true(factor >= p.sort.live_min_factor && factor <= 1);
   assert_true(partner >= p.sort.live_recall || factor == p.sort.live_min_factor);
-  if (covered < 0.97 * (double)n) fail_msg("only %lld of %lld offline spikes have a causal partner", (long long)covered, (long long)n);
+  if (covered < 0.97 * (double)n)
+    fail_msg("only %lld of %lld offline spikes have a causal partner", (long long)covered, (long long)n);
   free(match);
   free(hit);
   free(ot);
@@ -658,9 +674,9 @@ int main(void) {
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(channels_near),   cmocka_unit_test(time_offset),      cmocka_unit_test(match_rules),
-      cmocka_unit_test(calibrate_rules), cmocka_unit_test(twin_prototypes),
-      cmocka_unit_test(twin_builder),    cmocka_unit_test(causal_frontend),  cmocka_unit_test(sort_writes_twin),
-      cmocka_unit_test(twin_covers_offline), cmocka_unit_test(loader_errors), cmocka_unit_test(live_model_off),
+      cmocka_unit_test(calibrate_rules), cmocka_unit_test(twin_prototypes),  cmocka_unit_test(twin_builder),
+      cmocka_unit_test(causal_frontend), cmocka_unit_test(sort_writes_twin), cmocka_unit_test(twin_covers_offline),
+      cmocka_unit_test(loader_errors),   cmocka_unit_test(live_model_off),
   };
   return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

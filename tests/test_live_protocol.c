@@ -81,8 +81,10 @@ static void raw_needs_the_flag(void **state) {
   char live[4096], want[4096], headed[LIVE_PATH_LEN], bare[LIVE_PATH_LEN], args[4096], *out, *err, *out2, *err2;
   snprintf(live, sizeof(live), "--source '%s' --model '%s'", fx.bin, fx.model);
   assert_int_equal(run_live(NULL, live, &out, &err), 1);
-  snprintf(want, sizeof(want), "spikestream live: %s: stream header: no \"SSTREAM\" magic at the start (a headerless "
-           "stream needs --raw)\n", fx.bin);
+  snprintf(want, sizeof(want),
+           "spikestream live: %s: stream header: no \"SSTREAM\" magic at the start (a headerless "
+           "stream needs --raw)\n",
+           fx.bin);
   expect_in(err, want);
   free(out);
   free(err);
@@ -129,8 +131,10 @@ static void raw_needs_the_flag(void **state) {
 static void non_loopback_listen_needs_token(void **state) {
   (void)state;
   char args[4096], want[2048], *out, *err;
-  snprintf(want, sizeof(want), "tcp-listen://0.0.0.0:%d: listening on a non-loopback address needs a shared token "
-           "(--token-file)", port);
+  snprintf(want, sizeof(want),
+           "tcp-listen://0.0.0.0:%d: listening on a non-loopback address needs a shared token "
+           "(--token-file)",
+           port);
   snprintf(args, sizeof(args), "live --source 'tcp-listen://0.0.0.0:%d' --model '%s' --connect-timeout 3", port,
            fx.model);
   double t0 = ss_now();
@@ -228,8 +232,8 @@ static void idle_source_reported(void **state) {
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, silent_main, &c), 0);
     char live[4096], want[256], *out, *err;
-    snprintf(live, sizeof(live), "--source 'tcp-listen://127.0.0.1:%d' --model '%s' --idle-timeout 1%s", port,
-             fx.model, modes[m]);
+    snprintf(live, sizeof(live), "--source 'tcp-listen://127.0.0.1:%d' --model '%s' --idle-timeout 1%s", port, fx.model,
+             modes[m]);
     double t0 = ss_now();
     int code = run_live(NULL, live, &out, &err);
     double secs = ss_now() - t0;

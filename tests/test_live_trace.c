@@ -109,10 +109,11 @@ static void trace_accounts_every_push(void **state) {
   }
   ss_live_stats st;
   ss_live_get_stats(e, &st);
-  printf("trace: %lld pushes, %lld detecting, %lld spikes found, %lld emitted (engine %lld before the flush); phases vs "
-         "total at most %.2g s apart\n",
-         (long long)st.blocks, (long long)detecting, (long long)found, (long long)emitted, (long long)st.spikes,
-         worst_gap);
+  printf(
+      "trace: %lld pushes, %lld detecting, %lld spikes found, %lld emitted (engine %lld before the flush); phases vs "
+      "total at most %.2g s apart\n",
+      (long long)st.blocks, (long long)detecting, (long long)found, (long long)emitted, (long long)st.spikes,
+      worst_gap);
   assert_true(worst_gap <= SUM_TOLERANCE_S);
   assert_true(detecting > 0 && detecting < st.blocks);
   assert_true(emitted > 0);
@@ -146,7 +147,8 @@ static void trace_off_is_zero(void **state) {
 
 static void phase_names(void **state) {
   (void)state;
-  const char *want[SS_LIVE_PHASES] = {"append", "flag_wait", "find", "count_wait", "label", "table_wait", "setup", "emit"};
+  const char *want[SS_LIVE_PHASES] = {"append", "flag_wait",  "find",  "count_wait",
+                                      "label",  "table_wait", "setup", "emit"};
   for (int p = 0; p < SS_LIVE_PHASES; p++) assert_string_equal(ss_live_phase_name(p), want[p]);
   assert_string_equal(ss_live_phase_name(SS_LIVE_PHASES), "?");
   assert_string_equal(ss_live_phase_name(-1), "?");

@@ -183,7 +183,8 @@ static void mstep_by_hand(void **state) {
     const double *B = md->block + md->block_off[c];
     int u = md->n_u[c];
     for (int x = 0; x < u; x++)
-      for (int y = 0; y < u; y++) assert_true(fabs(B[x * u + y] - r.var[c][md->u_feat[c * TD + x]][md->u_feat[c * TD + y]]) < TOL);
+      for (int y = 0; y < u; y++)
+        assert_true(fabs(B[x * u + y] - r.var[c][md->u_feat[c * TD + x]][md->u_feat[c * TD + y]]) < TOL);
   }
   tiny_teardown(&t);
 }
@@ -327,9 +328,6 @@ static void mask_pattern_start(void **state) {
 
 /* ---- whole fits ---------------------------------------------------------------------------------- */
 
-
-
-
 static void fit(const synth_set *s, int threads, ss_mask_em_result *r) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
@@ -424,7 +422,8 @@ static void expect_cli(const char *args, int code, const char *err_line) {
   char *out, *err;
   int rc = ss_test_run_cli(args, &out, &err);
   if (rc != code || (err_line && !strstr(err, err_line)))
-    fail_msg("spikestream %s: exit %d (want %d)\nstderr: %s\nwanted: %s", args, rc, code, err, err_line ? err_line : "");
+    fail_msg("spikestream %s: exit %d (want %d)\nstderr: %s\nwanted: %s", args, rc, code, err,
+             err_line ? err_line : "");
   free(out);
   free(err);
 }

@@ -350,10 +350,14 @@ int main(void) {
   seed = (uint64_t)time(NULL);
   printf("test_matrix: seed %llu\n", (unsigned long long)seed);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(matrix_round_trip_every_format), cmocka_unit_test(labels_round_trip_every_format),
-      cmocka_unit_test(npy_dtypes_and_shapes),          cmocka_unit_test(csv_dialects),
-      cmocka_unit_test(csv_rejections),                 cmocka_unit_test(hdf5_reads_and_rejections),
-      cmocka_unit_test(writes_are_atomic),              cmocka_unit_test(csv_large),
+      cmocka_unit_test(matrix_round_trip_every_format),
+      cmocka_unit_test(labels_round_trip_every_format),
+      cmocka_unit_test(npy_dtypes_and_shapes),
+      cmocka_unit_test(csv_dialects),
+      cmocka_unit_test(csv_rejections),
+      cmocka_unit_test(hdf5_reads_and_rejections),
+      cmocka_unit_test(writes_are_atomic),
+      cmocka_unit_test(csv_large),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

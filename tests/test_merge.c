@@ -61,8 +61,15 @@ static void run(const units *u, ss_merge_result *r) {
   ss_test_ctx(&ctx);
   ss_params p;
   ss_params_defaults(&p);
-  ss_merge_input in = {.n = u->n, .times = u->times, .labels = u->labels, .k = u->k, .n_channels = C, .n_wave = W,
-                       .mean_waveform = u->wave, .mean_mask = u->mask, .rate_hz = RATE};
+  ss_merge_input in = {.n = u->n,
+                       .times = u->times,
+                       .labels = u->labels,
+                       .k = u->k,
+                       .n_channels = C,
+                       .n_wave = W,
+                       .mean_waveform = u->wave,
+                       .mean_mask = u->mask,
+                       .rate_hz = RATE};
   if (ss_merge_run(&ctx, &p, &in, r) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
 }
 
@@ -121,7 +128,8 @@ static void different_units_stay(void **state) {
   assert_int_equal(r.n_decisions, 0);
   for (int c = 0; c < 3; c++) assert_int_equal(r.map[c], c);
   int shared;
-  double corr = ss_merge_waveform_corr(u->wave + C * W, u->mask + C, u->wave + 2 * C * W, u->mask + 2 * C, C, W, &shared);
+  double corr = ss_merge_waveform_corr(u->wave + C * W, u->mask + C, u->wave + 2 * C * W, u->mask + 2 * C, C, W,
+                                       &shared);
   assert_int_equal(shared, 4);
   assert_true(corr < 0.5);
   ss_merge_result_free(&r);
@@ -212,8 +220,16 @@ static void origins_never_merge(void **state) {
   ss_test_ctx(&ctx);
   ss_params p;
   ss_params_defaults(&p);
-  ss_merge_input in = {.n = u->n, .times = u->times, .labels = u->labels, .k = u->k, .n_channels = C, .n_wave = W,
-                       .mean_waveform = u->wave, .mean_mask = u->mask, .rate_hz = RATE, .origin = origin};
+  ss_merge_input in = {.n = u->n,
+                       .times = u->times,
+                       .labels = u->labels,
+                       .k = u->k,
+                       .n_channels = C,
+                       .n_wave = W,
+                       .mean_waveform = u->wave,
+                       .mean_mask = u->mask,
+                       .rate_hz = RATE,
+                       .origin = origin};
   ss_merge_result r;
   if (ss_merge_run(&ctx, &p, &in, &r) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   assert_int_equal(r.n_decisions, 1);
@@ -250,9 +266,9 @@ static void by_hand(void **state) {
 
 /* --- cleanup ----------------------------------------------------------------------------------- */
 
-#define CP 3          /* components per channel */
-#define CD (C * CP)   /* features */
-#define CN 1024       /* spikes at most */
+#define CP 3        /* components per channel */
+#define CD (C * CP) /* features */
+#define CN 1024     /* spikes at most */
 
 typedef struct {
   int64_t n, k;
@@ -442,10 +458,12 @@ static void cleanup_bad_label(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(halves_merge),       cmocka_unit_test(different_units_stay), cmocka_unit_test(refractory_veto),
-      cmocka_unit_test(greedy_three_pieces), cmocka_unit_test(noise_never_merges), cmocka_unit_test(by_hand),
-      cmocka_unit_test(outliers_leave),      cmocka_unit_test(two_units_split),    cmocka_unit_test(split_channel_cap),    cmocka_unit_test(valley_by_hand),
-      cmocka_unit_test(cleanup_bad_label),   cmocka_unit_test(origins_never_merge),
+      cmocka_unit_test(halves_merge),       cmocka_unit_test(different_units_stay),
+      cmocka_unit_test(refractory_veto),    cmocka_unit_test(greedy_three_pieces),
+      cmocka_unit_test(noise_never_merges), cmocka_unit_test(by_hand),
+      cmocka_unit_test(outliers_leave),     cmocka_unit_test(two_units_split),
+      cmocka_unit_test(split_channel_cap),  cmocka_unit_test(valley_by_hand),
+      cmocka_unit_test(cleanup_bad_label),  cmocka_unit_test(origins_never_merge),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -107,11 +107,10 @@ static void writer_header_is_numpys(void **state) {
   ss_array a = {.dtype = SS_DT_F32, .ndim = 2, .shape = {3, 4}, .data = vals};
   assert_int_equal(ss_npy_write(&ctx, path, &a), SS_OK);
   /* 10 prefix + 79 dict + 20 spare + 38 pad + newline = 128 */
-  static const char expected[] =
-      "\x93NUMPY\x01\x00\x76\x00"
-      "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }"
-      "                    "                       /* 21 - len("3") = 20 */
-      "                                      \n"; /* 38 spaces */
+  static const char expected[] = "\x93NUMPY\x01\x00\x76\x00"
+                                 "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }"
+                                 "                    "                      /* 21 - len("3") = 20 */
+                                 "                                      \n"; /* 38 spaces */
   size_t n;
   char *got = slurp(path, &n);
   assert_int_equal(sizeof(expected) - 1, 128);
@@ -123,11 +122,10 @@ static void writer_header_is_numpys(void **state) {
   unsigned char bytes[5] = {1, 2, 3, 250, 255};
   ss_array u = {.dtype = SS_DT_U8, .ndim = 1, .shape = {5}, .data = bytes};
   assert_int_equal(ss_npy_write(&ctx, path, &u), SS_OK);
-  static const char expected_u8[] =
-      "\x93NUMPY\x01\x00\x76\x00"
-      "{'descr': '|u1', 'fortran_order': False, 'shape': (5,), }"
-      "                    "
-      "                                        \n"; /* 40 spaces */
+  static const char expected_u8[] = "\x93NUMPY\x01\x00\x76\x00"
+                                    "{'descr': '|u1', 'fortran_order': False, 'shape': (5,), }"
+                                    "                    "
+                                    "                                        \n"; /* 40 spaces */
   got = slurp(path, &n);
   assert_int_equal(n, 128 + 5);
   assert_memory_equal(got, expected_u8, 128);
@@ -140,7 +138,8 @@ static void reads_fortran_order(void **state) {
   ss_test_ctx(&ctx);
   /* C-order [[0,1,2],[3,4,5]] stored column-major */
   const double f2[6] = {0, 3, 1, 4, 2, 5};
-  const char *p = write_npy_raw("f2.npy", 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", f2, sizeof(f2));
+  const char *p = write_npy_raw("f2.npy", 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", f2,
+                                sizeof(f2));
   ss_array a;
   assert_int_equal(ss_npy_read(&ctx, p, &a), SS_OK);
   for (int i = 0; i < 6; i++) assert_true(((double *)a.data)[i] == (double)i);
@@ -166,7 +165,8 @@ static void reads_versions_and_header_variants(void **state) {
   ss_test_ctx(&ctx);
   const int64_t v[4] = {-1, 2, -3, 40000000000};
   for (int major = 1; major <= 3; major++) {
-    const char *p = write_npy_raw("v.npy", major, "{\"shape\":(4,),\"fortran_order\":False , \"descr\":\"<i8\"}", v, sizeof(v));
+    const char *p = write_npy_raw("v.npy", major, "{\"shape\":(4,),\"fortran_order\":False , \"descr\":\"<i8\"}", v,
+                                  sizeof(v));
     ss_array a;
     assert_int_equal(ss_npy_read(&ctx, p, &a), SS_OK);
     assert_int_equal(a.ndim, 1);
@@ -221,8 +221,8 @@ static void rejects_bad_headers(void **state) {
   expect_reject("long.npy", "{'descr': '<i2', 'fortran_order': False, 'shape': (3,), }", 8, SS_ERR_INPUT,
                 "data: shape (3,) of int16 needs 6 bytes, the file holds 8");
   /* the declared size is checked against the file before anything is allocated */
-  expect_reject("huge.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }", 0,
-                SS_ERR_INPUT, "data: shape (1000000, 1000000) of float64 needs 8000000000000 bytes, the file holds 0 "
+  expect_reject("huge.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }", 0, SS_ERR_INPUT,
+                "data: shape (1000000, 1000000) of float64 needs 8000000000000 bytes, the file holds 0 "
                 "(truncated)");
   /* a zero dimension does not excuse an element count or byte size that overflows */
   expect_reject("ovf0.npy", "{'descr': '|u1', 'fortran_order': True, 'shape': (0, 4294967296, 2147483648), }", 0,
@@ -410,7 +410,8 @@ int main(void) {
       cmocka_unit_test(rejects_bad_headers),
       cmocka_unit_test(rejects_bad_files),
       cmocka_unit_test(atomic_write_never_leaves_partial_files),
-      cmocka_unit_test(array_shape_overflow), cmocka_unit_test(array_conversions),
+      cmocka_unit_test(array_shape_overflow),
+      cmocka_unit_test(array_conversions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

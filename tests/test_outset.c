@@ -66,7 +66,8 @@ static int count_lines(const char *s) {
 static int count_prefixed(const char *prefix) {
   DIR *d = opendir(ss_test_tmpdir());
   int n = 0;
-  for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d))
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
   if (d) closedir(d);
   return n;
 }
@@ -154,7 +155,7 @@ static void killed(const char *cmd, const char *name, int steps) {
     free(err);
     char *now = complete_set(dir);
     if (k < steps) assert_string_equal(now, old); /* before the swap: the old set */
-    else assert_string_not_equal(now, old);        /* after it: the new one */
+    else assert_string_not_equal(now, old);       /* after it: the new one */
     free(now);
   }
   if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);

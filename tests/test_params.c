@@ -35,8 +35,11 @@ static void overlay_sets_only_given_fields(void **state) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_params p;
-  assert_int_equal(apply(&ctx, "{\"detect\": {\"strong_std\": 5, \"polarity\": \"both\"}, \"seed\": 9,"
-                               " \"mask_em\": {\"quick_steps\": true}}", &p), SS_OK);
+  assert_int_equal(apply(&ctx,
+                         "{\"detect\": {\"strong_std\": 5, \"polarity\": \"both\"}, \"seed\": 9,"
+                         " \"mask_em\": {\"quick_steps\": true}}",
+                         &p),
+                   SS_OK);
   assert_true(p.detect.strong_std == 5.0);
   assert_int_equal(p.detect.polarity, SS_POLARITY_BOTH);
   assert_int_equal(p.seed, 9);
@@ -50,15 +53,17 @@ static void every_problem_reported_with_path(void **state) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_params p;
-  assert_int_equal(apply(&ctx, "{\"detect\": {\"strong_std\": \"x\", \"bogus\": 1}, \"filter\": {\"order\": 12},"
-                               " \"nope\": {}, \"io\": 3}", &p), SS_ERR_INPUT);
+  assert_int_equal(apply(&ctx,
+                         "{\"detect\": {\"strong_std\": \"x\", \"bogus\": 1}, \"filter\": {\"order\": 12},"
+                         " \"nope\": {}, \"io\": 3}",
+                         &p),
+                   SS_ERR_INPUT);
   assert_int_equal(ctx.n_problems, 5);
-  assert_string_equal(ss_error_message(&ctx),
-                      "p.json: detect.strong_std: expected a number > 0, got \"x\"\n"
-                      "p.json: detect.bogus: unknown key\n"
-                      "p.json: filter.order: expected an integer in [1, 8], got 12\n"
-                      "p.json: nope: unknown key\n"
-                      "p.json: io: expected an object (a parameter section)");
+  assert_string_equal(ss_error_message(&ctx), "p.json: detect.strong_std: expected a number > 0, got \"x\"\n"
+                                              "p.json: detect.bogus: unknown key\n"
+                                              "p.json: filter.order: expected an integer in [1, 8], got 12\n"
+                                              "p.json: nope: unknown key\n"
+                                              "p.json: io: expected an object (a parameter section)");
 }
 
 static void wrong_types(void **state) {
@@ -149,10 +154,14 @@ static void load_file_errors(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(defaults_follow_klusta),      cmocka_unit_test(overlay_sets_only_given_fields),
-      cmocka_unit_test(every_problem_reported_with_path), cmocka_unit_test(wrong_types),
-      cmocka_unit_test(syntax_and_top_level),         cmocka_unit_test(cross_field_validation),
-      cmocka_unit_test(set_by_path),                  cmocka_unit_test(defaults_round_trip),
+      cmocka_unit_test(defaults_follow_klusta),
+      cmocka_unit_test(overlay_sets_only_given_fields),
+      cmocka_unit_test(every_problem_reported_with_path),
+      cmocka_unit_test(wrong_types),
+      cmocka_unit_test(syntax_and_top_level),
+      cmocka_unit_test(cross_field_validation),
+      cmocka_unit_test(set_by_path),
+      cmocka_unit_test(defaults_round_trip),
       cmocka_unit_test(load_file_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

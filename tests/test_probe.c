@@ -45,9 +45,9 @@ static void grid_and_tetrode(void **state) {
   load_ok(PROBES "grid_4x8.json", 40.0, &p);
   int hist[9] = {0};
   for (int i = 0; i < p.n; i++) hist[ss_probe_degree(&p, i)]++;
-  assert_int_equal(hist[3], 4);   /* corners */
-  assert_int_equal(hist[5], 16);  /* edges */
-  assert_int_equal(hist[8], 12);  /* interior */
+  assert_int_equal(hist[3], 4);  /* corners */
+  assert_int_equal(hist[5], 16); /* edges */
+  assert_int_equal(hist[8], 12); /* interior */
   ss_probe_free(&p);
   load_ok(PROBES "grid_4x8.json", 25.0, &p); /* 4-connectivity */
   assert_int_equal(ss_probe_degree(&p, 0), 2);
@@ -140,9 +140,12 @@ static void from_positions(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(two_column_32), cmocka_unit_test(grid_and_tetrode),
-      cmocka_unit_test(probeinterface_shanks_and_dead_channels), cmocka_unit_test(bad_probes),
-      cmocka_unit_test(recording_mismatch), cmocka_unit_test(from_positions),
+      cmocka_unit_test(two_column_32),
+      cmocka_unit_test(grid_and_tetrode),
+      cmocka_unit_test(probeinterface_shanks_and_dead_channels),
+      cmocka_unit_test(bad_probes),
+      cmocka_unit_test(recording_mismatch),
+      cmocka_unit_test(from_positions),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

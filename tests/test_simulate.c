@@ -201,7 +201,7 @@ static void waveform_trough_then_slower_peak(void **state) {
     if (x[k * 32 + pc] > x[tmax * 32 + pc]) tmax = k;
   }
   double trough = -x[tmin * 32 + pc], peak = x[tmax * 32 + pc];
-  assert_true(llabs(tmin - ts) <= 1);               /* the GT time is the trough */
+  assert_true(llabs(tmin - ts) <= 1);                 /* the GT time is the trough */
   assert_true(tmax - tmin >= 8 && tmax - tmin <= 25); /* repolarisation 0.3–0.8 ms later */
   assert_true(peak > 0.15 * trough && peak < 0.6 * trough);
   assert_true(fabs((trough + peak) / t->amplitude_uv[0] - 1) < 0.1);
@@ -264,7 +264,8 @@ static void config_rejected_with_reasons(void **state) {
   assert_string_equal(ss_error_message(&ctx), "simulate: duration_s: 1e-06 s is less than one sample");
   /* a probe whose channels do not cover 0..n-1 */
   ss_probe p;
-  assert_int_equal(ss_probe_load_json(&ctx, "{\"channels\": [0, 2], \"positions\": [[0, 0], [0, 20]]}", "p.json", 40, &p),
+  assert_int_equal(ss_probe_load_json(&ctx, "{\"channels\": [0, 2], \"positions\": [[0, 0], [0, 20]]}", "p.json", 40,
+                                      &p),
                    SS_OK);
   ss_sim_config_defaults(&c);
   ss_sim *s = NULL;
@@ -371,7 +372,8 @@ static void command_line(void **state) {
     free(out), free(err);
   }
   assert_int_equal(ss_test_run_cli("simulate -o x.nwb --noise-uv -1", &out, &err), 1);
-  assert_string_equal(err, "spikestream simulate: simulate: noise_uv: expected a noise level in (0, 10000] µV, got -1\n");
+  assert_string_equal(err,
+                      "spikestream simulate: simulate: noise_uv: expected a noise level in (0, 10000] µV, got -1\n");
   free(out), free(err);
   assert_int_equal(ss_test_run_cli("simulate -o x.nwb --probe /nonexistent/probe.json", &out, &err), 1);
   assert_non_null(strstr(err, "/nonexistent/probe.json"));

@@ -36,7 +36,8 @@ static int group_setup(void **state) {
 __attribute__((noinline)) static char *cli(const char *args, int want, char **err_keep) {
   char *out, *err;
   int code = ss_test_run_cli(args, &out, &err);
-  if (code != want) fail_msg("spikestream %s: exit %d (expected %d)\nstdout: %s\nstderr: %s", args, code, want, out, err);
+  if (code != want)
+    fail_msg("spikestream %s: exit %d (expected %d)\nstdout: %s\nstderr: %s", args, code, want, out, err);
   if (err_keep) *err_keep = err;
   else free(err);
   return out;
@@ -79,8 +80,9 @@ static void end_to_end(void **state) {
   assert_non_null(strstr(out, "phy check:         ok"));
   assert_non_null(strstr(out, "x real time"));
   free(out);
-  const char *files[] = {"results.h5", "model.h5", "sim.fet.1", "sim.fmask.1", "sim.clu.1", "phy/params.py",
-                         "phy/templates.npy", "phy/pc_features.npy", "phy/cluster_group.tsv"};
+  const char *files[] = {
+      "results.h5",    "model.h5",          "sim.fet.1",           "sim.fmask.1",          "sim.clu.1",
+      "phy/params.py", "phy/templates.npy", "phy/pc_features.npy", "phy/cluster_group.tsv"};
   for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
     snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
     if (access(path, R_OK) != 0) fail_msg("missing output %s", path);
@@ -106,9 +108,20 @@ static void h5_layouts(void **state) {
   out_file(path, sizeof(path), "merged", "model.h5");
   hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   assert_true(f >= 0);
-  const char *model_sets[] = {"/filter/sos", "/threshold/sigma", "/threshold/weak", "/threshold/strong", "/probe/x_um",
-                              "/probe/adjacency", "/pca/basis", "/pca/eigenvalues", "/clusters/centroid",
-                              "/clusters/variance", "/clusters/mean_waveform", "/knn/features", "/knn/labels", "/params"};
+  const char *model_sets[] = {"/filter/sos",
+                              "/threshold/sigma",
+                              "/threshold/weak",
+                              "/threshold/strong",
+                              "/probe/x_um",
+                              "/probe/adjacency",
+                              "/pca/basis",
+                              "/pca/eigenvalues",
+                              "/clusters/centroid",
+                              "/clusters/variance",
+                              "/clusters/mean_waveform",
+                              "/knn/features",
+                              "/knn/labels",
+                              "/params"};
   for (size_t i = 0; i < sizeof(model_sets) / sizeof(model_sets[0]); i++)
     if (H5Lexists(f, model_sets[i], H5P_DEFAULT) <= 0) fail_msg("model.h5: %s missing", model_sets[i]);
   hid_t d = H5Dopen2(f, "/pca/basis", H5P_DEFAULT), s = H5Dget_space(d);
@@ -122,8 +135,9 @@ static void h5_layouts(void **state) {
   out_file(path, sizeof(path), "merged", "results.h5");
   f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
   assert_true(f >= 0);
-  const char *result_sets[] = {"/spikes/time_samples", "/spikes/cluster", "/spikes/cluster_raw", "/features", "/masks",
-                               "/params", "/clusters/mean_waveform", "/clusters/n_spikes", "/merges/waveform_corr"};
+  const char *result_sets[] = {
+      "/spikes/time_samples",    "/spikes/cluster",    "/spikes/cluster_raw",  "/features", "/masks", "/params",
+      "/clusters/mean_waveform", "/clusters/n_spikes", "/merges/waveform_corr"};
   for (size_t i = 0; i < sizeof(result_sets) / sizeof(result_sets[0]); i++)
     if (H5Lexists(f, result_sets[i], H5P_DEFAULT) <= 0) fail_msg("results.h5: %s missing", result_sets[i]);
   assert_true(H5Aexists(f, "input_crc32") > 0);
@@ -137,8 +151,15 @@ static void threads_and_cluster(void **state) {
   (void)state;
   sort_into("t1", "--threads 1 --no-merge");
   sort_into("t2", "--threads 2 --no-merge");
-  const char *files[] = {"sim.fet.1", "sim.fmask.1", "sim.clu.1", "phy/spike_times.npy", "phy/spike_clusters.npy",
-                         "phy/templates.npy", "phy/pc_features.npy", "phy/similar_templates.npy", "phy/amplitudes.npy"};
+  const char *files[] = {"sim.fet.1",
+                         "sim.fmask.1",
+                         "sim.clu.1",
+                         "phy/spike_times.npy",
+                         "phy/spike_clusters.npy",
+                         "phy/templates.npy",
+                         "phy/pc_features.npy",
+                         "phy/similar_templates.npy",
+                         "phy/amplitudes.npy"};
   char a[2 * PATH_LEN], b[2 * PATH_LEN], args[ARGS_LEN];
   for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
     out_file(a, sizeof(a), "t1", files[i]);
@@ -244,7 +265,8 @@ static void bad_inputs(void **state) {
   char want[2 * PATH_LEN];
   snprintf(want, sizeof(want),
            "spikestream sort: %s: no probe: give --probe (the file has no electrode positions, and its 8 channels do "
-           "not match the default probe's 32)", raw);
+           "not match the default probe's 32)",
+           raw);
   expect_error(args, 1, want);
   expect_error("sort -q", 2, "spikestream sort: expected one input recording");
   expect_error("sort x.nwb -q", 2, "spikestream sort: -o DIR is required");
@@ -259,7 +281,7 @@ static void bad_inputs(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),       cmocka_unit_test(h5_layouts), cmocka_unit_test(threads_and_cluster),
-      cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),    cmocka_unit_test(em_subset),
+      cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs), cmocka_unit_test(em_subset),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

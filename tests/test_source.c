@@ -16,12 +16,12 @@
 #include "core/rng.h"
 #include "ss_test.h"
 
-#define C 7                     /* odd on purpose: no tile lines up with anything */
+#define C 7 /* odd on purpose: no tile lines up with anything */
 #define N (2 * 30000 + 1234)
 #define RATE 30000.0
 #define UV 0.195
 
-static int16_t *rec;            /* [N × C] */
+static int16_t *rec; /* [N × C] */
 static double xs[C], ys[C];
 
 static void make_recording(void) {
@@ -97,9 +97,9 @@ static void write_plain(const char *path, int channel_major, plain_kind kind) {
     }
   hsize_t d0 = channel_major ? C : N, d1 = channel_major ? N : C;
   hsize_t c0 = kind == PLAIN_CONTIGUOUS ? 0 : channel_major ? 3 : 4096, c1 = channel_major ? 5000 : 3;
-  hid_t d = kind == PLAIN_FLOAT ? dataset(f, "/g/float", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, fl, 2, d0, d1, 0, 0, 0)
-                                : dataset(f, "/g/data", H5T_STD_I16LE, H5T_NATIVE_INT16, t, 2, d0, d1, c0, c1,
-                                          kind == PLAIN_DEFLATE);
+  hid_t d = kind == PLAIN_FLOAT
+                ? dataset(f, "/g/float", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, fl, 2, d0, d1, 0, 0, 0)
+                : dataset(f, "/g/data", H5T_STD_I16LE, H5T_NATIVE_INT16, t, 2, d0, d1, c0, c1, kind == PLAIN_DEFLATE);
   H5Dclose(d);
   H5Fclose(f);
   free(t);
@@ -197,7 +197,8 @@ static void nwb_rate_and_timestamps(void **state) {
     assert_string_equal(in->dtype, "int16");
     assert_int_equal(in->from_timestamps, ts);
     assert_true(in->start_time_s > 2.5 - 1e-12 && in->start_time_s < 2.5 + 1e-12);
-    assert_true(in->scale_known && in->uv_per_step[C - 1] > UV * (1 - 1e-12) && in->uv_per_step[C - 1] < UV * (1 + 1e-12));
+    assert_true(in->scale_known && in->uv_per_step[C - 1] > UV * (1 - 1e-12) &&
+                in->uv_per_step[C - 1] < UV * (1 + 1e-12));
     assert_true(in->has_positions);
     for (int c = 0; c < C; c++) assert_true(in->x_um[c] == xs[c] && in->y_um[c] == ys[c]);
     assert_true(in->threaded);
@@ -219,7 +220,9 @@ static void kwik_plain_binary(void **state) {
       snprintf(name, sizeof(name), "plain_%s_%d.h5", names[k], cm);
       ss_test_path(path, sizeof(path), name);
       write_plain(path, cm, (plain_kind)k);
-      ss_source_spec sp = {.path = path, .dataset = "/g/data", .rate_hz = RATE,
+      ss_source_spec sp = {.path = path,
+                           .dataset = "/g/data",
+                           .rate_hz = RATE,
                            .layout = cm ? SS_LAYOUT_CHANNEL_MAJOR : SS_LAYOUT_TIME_MAJOR};
       round_trip(&sp);
       ss_source *src = open_spec(&sp);
@@ -350,8 +353,8 @@ static void bad_binary(void **state) {
   ss_test_path(path, sizeof(path), "mystery.xyz");
   fclose(fopen(path, "wb"));
   ss_source_spec m = {.path = path};
-  snprintf(want, sizeof(want), "%s: not an HDF5 file; for flat int16 binary name it .bin/.dat/.raw or give --channels N",
-           path);
+  snprintf(want, sizeof(want),
+           "%s: not an HDF5 file; for flat int16 binary name it .bin/.dat/.raw or give --channels N", path);
   expect_error(&m, want);
 }
 
@@ -388,8 +391,10 @@ static void bad_nwb(void **state) {
   assert_int_equal(ss_source_open(&ctx, &s, &src), SS_ERR_INPUT);
   /* the expected interval comes from the stored endpoints: compare the stable prefix exactly */
   char prefix[2048];
-  snprintf(prefix, sizeof(prefix), "%s: /acquisition/ElectricalSeries/timestamps: irregular sampling at index 5: "
-           "interval %.9g s, expected ", path, (t5 + 0.5 / RATE) - (2.5 + 4.0 / RATE));
+  snprintf(prefix, sizeof(prefix),
+           "%s: /acquisition/ElectricalSeries/timestamps: irregular sampling at index 5: "
+           "interval %.9g s, expected ",
+           path, (t5 + 0.5 / RATE) - (2.5 + 4.0 / RATE));
   assert_true(strncmp(ss_error_message(&ctx), prefix, strlen(prefix)) == 0);
   assert_non_null(strstr(ss_error_message(&ctx), "Hz from the first and last timestamps, tolerance 1%)"));
 
@@ -417,8 +422,8 @@ static void bad_kwik(void **state) {
   H5Dclose(dataset(f, "/recordings/0/data", H5T_STD_I16LE, H5T_NATIVE_INT16, rec, 2, 100, C, 0, 0, 0));
   H5Fclose(f);
   ss_source_spec s = {.path = path};
-  snprintf(want, sizeof(want), "%s: /recordings/0: attribute sample_rate: expected a number > 0, got none (give --rate HZ)",
-           path);
+  snprintf(want, sizeof(want),
+           "%s: /recordings/0: attribute sample_rate: expected a number > 0, got none (give --rate HZ)", path);
   expect_error(&s, want);
   s.rate_hz = RATE; /* the fallback */
   ss_ctx ctx;
@@ -484,8 +489,10 @@ static void bad_rate_and_channels(void **state) {
   v = 0.5;
   set_attr(path, "/recordings/0", "sample_rate", H5T_NATIVE_DOUBLE, &v);
   ss_source_spec k = {.path = path};
-  snprintf(want, sizeof(want), "%s: /recordings/0: attribute sample_rate: expected a sampling rate in [1, 1e+06] Hz, "
-           "got 0.5", path);
+  snprintf(want, sizeof(want),
+           "%s: /recordings/0: attribute sample_rate: expected a sampling rate in [1, 1e+06] Hz, "
+           "got 0.5",
+           path);
   expect_error(&k, want);
 
   /* 2^31 channels, declared only (chunked, nothing written) */
@@ -494,8 +501,10 @@ static void bad_rate_and_channels(void **state) {
   H5Dclose(dataset(f, "/wide", H5T_STD_I16LE, H5T_NATIVE_INT16, NULL, 2, 2, (hsize_t)1 << 31, 1, 1024, 0));
   H5Fclose(f);
   ss_source_spec w = {.path = path, .dataset = "/wide", .rate_hz = RATE};
-  snprintf(want, sizeof(want), "%s: dataset /wide: expected 1 to 4096 channels, got 2147483648 (shape 2 x 2147483648, "
-           "time x channels)", path);
+  snprintf(want, sizeof(want),
+           "%s: dataset /wide: expected 1 to 4096 channels, got 2147483648 (shape 2 x 2147483648, "
+           "time x channels)",
+           path);
   expect_error(&w, want);
   w.rate_hz = 2e6;
   ss_test_path(path, sizeof(path), "rate.dat");
@@ -530,28 +539,34 @@ static void bad_scales_and_electrodes(void **state) {
   write_nwb(path, 0);
   int64_t rows[C] = {0, 1, 2, 3, 4, 99, 6};
   set_vector(path, "/acquisition/ElectricalSeries/electrodes", H5T_STD_I64LE, H5T_NATIVE_INT64, rows, C);
-  snprintf(want, sizeof(want), "%s: /acquisition/ElectricalSeries/electrodes: channel 5: row 99 is outside the "
-           "electrodes table (7 rows)", path);
+  snprintf(want, sizeof(want),
+           "%s: /acquisition/ElectricalSeries/electrodes: channel 5: row 99 is outside the "
+           "electrodes table (7 rows)",
+           path);
   expect_error(&s, want);
   write_nwb(path, 0);
   set_vector(path, "/general/extracellular_ephys/electrodes/rel_x", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, xs, C - 2);
-  snprintf(want, sizeof(want), "%s: general/extracellular_ephys/electrodes/rel_x: 5 values, expected 7 like "
-           "general/extracellular_ephys/electrodes/rel_y", path);
+  snprintf(want, sizeof(want),
+           "%s: general/extracellular_ephys/electrodes/rel_x: 5 values, expected 7 like "
+           "general/extracellular_ephys/electrodes/rel_y",
+           path);
   expect_error(&s, want);
 
   ss_test_path(path, sizeof(path), "scale.raw.kwd");
   write_kwik(path);
-  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gcreate2(f, "/recordings/0/application_data", H5P_DEFAULT,
-                                                                     H5P_DEFAULT, H5P_DEFAULT);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT),
+        g = H5Gcreate2(f, "/recordings/0/application_data", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   double bv[C] = {0.195, 0, 0.195, 0.195, 0.195, 0.195, 0.195};
   hsize_t n = C;
-  hid_t sp = H5Screate_simple(1, &n, NULL), a = H5Acreate2(g, "channel_bit_volts", H5T_IEEE_F64LE, sp, H5P_DEFAULT,
-                                                           H5P_DEFAULT);
+  hid_t sp = H5Screate_simple(1, &n, NULL),
+        a = H5Acreate2(g, "channel_bit_volts", H5T_IEEE_F64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
   H5Awrite(a, H5T_NATIVE_DOUBLE, bv);
   H5Aclose(a), H5Sclose(sp), H5Gclose(g), H5Fclose(f);
   ss_source_spec k = {.path = path};
-  snprintf(want, sizeof(want), "%s: /recordings/0/application_data: attribute channel_bit_volts: channel 1: expected a "
-           "finite non-zero scale, got 0", path);
+  snprintf(want, sizeof(want),
+           "%s: /recordings/0/application_data: attribute channel_bit_volts: channel 1: expected a "
+           "finite non-zero scale, got 0",
+           path);
   expect_error(&k, want);
 }
 
@@ -565,12 +580,16 @@ static void storage_smaller_than_declared(void **state) {
   H5Dclose(dataset(f, "/chunked", H5T_STD_I16LE, H5T_NATIVE_INT16, NULL, 2, (hsize_t)1 << 40, 4, 65536, 4, 0));
   H5Fclose(f);
   ss_source_spec s = {.path = path, .dataset = "/contig", .rate_hz = RATE};
-  snprintf(want, sizeof(want), "%s: dataset /contig: declares 1099511627776 x 4 int16 samples (8796093022208 bytes), "
-           "the file stores 0 bytes of them (contiguous)", path);
+  snprintf(want, sizeof(want),
+           "%s: dataset /contig: declares 1099511627776 x 4 int16 samples (8796093022208 bytes), "
+           "the file stores 0 bytes of them (contiguous)",
+           path);
   expect_error(&s, want);
   s.dataset = "/chunked";
-  snprintf(want, sizeof(want), "%s: dataset /chunked: declares 1099511627776 x 4 int16 samples (8796093022208 bytes), "
-           "the file stores no chunk of them (chunked)", path);
+  snprintf(want, sizeof(want),
+           "%s: dataset /chunked: declares 1099511627776 x 4 int16 samples (8796093022208 bytes), "
+           "the file stores no chunk of them (chunked)",
+           path);
   expect_error(&s, want);
 }
 
@@ -592,8 +611,10 @@ static void binary_truncated_while_read(void **state) {
   ss_status st = SS_OK;
   for (int64_t i = 1; i < ss_source_n_chunks(src) && st == SS_OK; i++) st = ss_source_chunk(&ctx, src, i, &ch);
   assert_int_equal(st, SS_ERR_INPUT);
-  snprintf(want, sizeof(want), "%s: truncated while being read: the data end at sample 35000 of %d (file size %d "
-           "bytes, %d when opened)", path, N, BIN_HEADER + 35000 * C * 2, BIN_HEADER + N * C * 2);
+  snprintf(want, sizeof(want),
+           "%s: truncated while being read: the data end at sample 35000 of %d (file size %d "
+           "bytes, %d when opened)",
+           path, N, BIN_HEADER + 35000 * C * 2, BIN_HEADER + N * C * 2);
   assert_string_equal(ss_error_message(&ctx), want);
   ss_source_close(src);
 }
@@ -696,12 +717,20 @@ static void constant_memory(void **state) {
 int main(void) {
   make_recording();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(nwb_rate_and_timestamps), cmocka_unit_test(kwik_plain_binary), cmocka_unit_test(float_data),
+      cmocka_unit_test(nwb_rate_and_timestamps),
+      cmocka_unit_test(kwik_plain_binary),
+      cmocka_unit_test(float_data),
       cmocka_unit_test(limited_view),
-      cmocka_unit_test(bad_hdf5),  cmocka_unit_test(bad_binary),   cmocka_unit_test(bad_nwb),
-      cmocka_unit_test(bad_kwik),  cmocka_unit_test(bad_rate_and_channels), cmocka_unit_test(bad_scales_and_electrodes),
-      cmocka_unit_test(storage_smaller_than_declared), cmocka_unit_test(binary_truncated_while_read),
-      cmocka_unit_test(cli_inspect),  cmocka_unit_test(constant_memory),
+      cmocka_unit_test(bad_hdf5),
+      cmocka_unit_test(bad_binary),
+      cmocka_unit_test(bad_nwb),
+      cmocka_unit_test(bad_kwik),
+      cmocka_unit_test(bad_rate_and_channels),
+      cmocka_unit_test(bad_scales_and_electrodes),
+      cmocka_unit_test(storage_smaller_than_declared),
+      cmocka_unit_test(binary_truncated_while_read),
+      cmocka_unit_test(cli_inspect),
+      cmocka_unit_test(constant_memory),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
   free(rec);

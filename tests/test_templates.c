@@ -71,8 +71,14 @@ static set *build(void) {
 }
 
 static ss_templates_input input_of(const set *s, int64_t k) {
-  return (ss_templates_input){.n = s->n, .n_channels = C, .n_pcs = P, .features = s->x, .masks = s->m,
-                              .peak_channel = s->peak, .k = k, .n_threads = 2};
+  return (ss_templates_input){.n = s->n,
+                              .n_channels = C,
+                              .n_pcs = P,
+                              .features = s->x,
+                              .masks = s->m,
+                              .peak_channel = s->peak,
+                              .k = k,
+                              .n_threads = 2};
 }
 
 static void units_win_back_spikes(void **state) {

@@ -57,7 +57,8 @@ ss_status ss_spike_trains_from_labels(ss_ctx *ctx, int64_t n, const int64_t *tim
   for (int64_t i = 0; i < n; i++) units += i == 0 || v[i].label != v[i - 1].label;
   ss_status st = SS_OK;
   if ((st = SS_ALLOC(ctx, out->unit_id, units > 0 ? units : 1, "units")) ||
-      (st = SS_ALLOC(ctx, out->start, units + 1, "units")) || (st = SS_ALLOC(ctx, out->times, n > 0 ? n : 1, "spikes"))) {
+      (st = SS_ALLOC(ctx, out->start, units + 1, "units")) ||
+      (st = SS_ALLOC(ctx, out->times, n > 0 ? n : 1, "spikes"))) {
     free(v);
     ss_spike_trains_free(out);
     return st;
@@ -340,7 +341,8 @@ ss_status ss_compare_run(ss_ctx *ctx, const ss_spike_trains *gt, const ss_spike_
                          const ss_compare_opts *o, ss_comparison *out) {
   memset(out, 0, sizeof(*out));
   if (!(gt->rate_hz > 0) || !(sorted->rate_hz > 0))
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: no sample rate known (give --rate HZ)", gt->rate_hz > 0 ? sorted->source : gt->source);
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: no sample rate known (give --rate HZ)",
+                   gt->rate_hz > 0 ? sorted->source : gt->source);
   if (!(o->window_ms >= 0) || !(o->window_ms <= SS_COMPARE_MAX_WINDOW_MS))
     return ss_fail(ctx, SS_ERR_INPUT, "window_ms: expected a number in [0, %g], got %g", SS_COMPARE_MAX_WINDOW_MS,
                    o->window_ms);
@@ -370,10 +372,12 @@ ss_status ss_compare_run(ss_ctx *ctx, const ss_spike_trains *gt, const ss_spike_
 
 void ss_compare_print(FILE *f, const ss_spike_trains *gt, const ss_spike_trains *sorted, const ss_compare_opts *o,
                       const ss_comparison *c) {
-  fprintf(f, "ground truth: %s (%d units)\nsorted:       %s (%d units)\nwindow:       %g ms (%" PRId64 " samples at %g Hz)\n\n",
+  fprintf(f,
+          "ground truth: %s (%d units)\nsorted:       %s (%d units)\nwindow:       %g ms (%" PRId64
+          " samples at %g Hz)\n\n",
           gt->source, gt->n_units, sorted->source, sorted->n_units, o->window_ms, c->window_samples, gt->rate_hz);
-  fprintf(f, "%8s %8s %9s %9s %9s %7s %8s %8s\n", "gt_unit", "sorted", "accuracy", "precision", "recall", "snr",
-          "n_gt", "n_sorted");
+  fprintf(f, "%8s %8s %9s %9s %9s %7s %8s %8s\n", "gt_unit", "sorted", "accuracy", "precision", "recall", "snr", "n_gt",
+          "n_sorted");
   for (int i = 0; i < c->n_gt; i++) {
     int j = c->match_gt[i];
     char sorted_id[32] = "-", snr[32] = "-";
@@ -423,11 +427,13 @@ static void write_json(FILE *f, const ss_spike_trains *gt, const ss_spike_trains
     json_number(f, c->recall[i]);
     fputs(", \"snr\": ", f);
     json_number(f, gt->snr ? gt->snr[i] : NAN);
-    fprintf(f, ", \"n_gt\": %" PRId64 ", \"n_sorted\": %" PRId64 "}", n_spikes(gt, i), j >= 0 ? n_spikes(sorted, j) : 0);
+    fprintf(f, ", \"n_gt\": %" PRId64 ", \"n_sorted\": %" PRId64 "}", n_spikes(gt, i),
+            j >= 0 ? n_spikes(sorted, j) : 0);
   }
   fprintf(f, "%s],\n  \"summary\": {\n", c->n_gt ? "\n  " : "");
   fprintf(f, "    \"n_gt_units\": %d,\n    \"n_sorted_units\": %d,\n", c->n_gt, c->n_sorted);
-  fprintf(f, "    \"well_detected\": %d,\n    \"false_positive\": %d,\n    \"redundant\": %d,\n    \"overmerged\": %d,\n",
+  fprintf(f,
+          "    \"well_detected\": %d,\n    \"false_positive\": %d,\n    \"redundant\": %d,\n    \"overmerged\": %d,\n",
           c->well_detected, c->n_false_positive, c->n_redundant, c->n_overmerged);
   fputs("    \"mean_accuracy_snr_gt_8\": ", f);
   json_number(f, c->mean_accuracy_snr_above);
@@ -443,8 +449,8 @@ static void write_json(FILE *f, const ss_spike_trains *gt, const ss_spike_trains
   fputs("\n  }\n}\n", f);
 }
 
-ss_status ss_compare_write_json(ss_ctx *ctx, const char *path, const ss_spike_trains *gt,
-                                const ss_spike_trains *sorted, const ss_compare_opts *opts, const ss_comparison *c) {
+ss_status ss_compare_write_json(ss_ctx *ctx, const char *path, const ss_spike_trains *gt, const ss_spike_trains *sorted,
+                                const ss_compare_opts *opts, const ss_comparison *c) {
   ss_atomic_file af;
   SS_TRY(ss_atomic_begin(ctx, &af, path, 1));
   write_json(af.f, gt, sorted, opts, c);

@@ -28,13 +28,13 @@ extern "C" {
 /* Spike trains of one sorting: unit u has times[start[u] .. start[u+1]) (sample indices, ascending). */
 typedef struct {
   int n_units;
-  int64_t *unit_id;     /* label of each unit (cluster id, NWB id) */
-  int64_t *start;       /* [n_units + 1] */
-  int64_t *times;       /* samples */
-  double rate_hz;       /* 0 = unknown */
-  int rate_assumed;     /* 1: rate_hz is a stand-in time base (NWB file without an ElectricalSeries) */
-  double *snr;          /* per unit or NULL (NaN: unknown) */
-  char source[256];     /* what it was read from, for messages and the table header */
+  int64_t *unit_id; /* label of each unit (cluster id, NWB id) */
+  int64_t *start;   /* [n_units + 1] */
+  int64_t *times;   /* samples */
+  double rate_hz;   /* 0 = unknown */
+  int rate_assumed; /* 1: rate_hz is a stand-in time base (NWB file without an ElectricalSeries) */
+  double *snr;      /* per unit or NULL (NaN: unknown) */
+  char source[256]; /* what it was read from, for messages and the table header */
 } ss_spike_trains;
 
 /* The match window is at most this long (a window of seconds matches unrelated spikes), and at most
@@ -55,18 +55,18 @@ typedef struct {
 typedef struct {
   int n_gt, n_sorted;
   int64_t window_samples;
-  int64_t *n_match;        /* [n_gt × n_sorted] */
-  double *agreement;       /* [n_gt × n_sorted] */
-  int *match_gt;           /* per GT unit: Hungarian-matched sorted unit index, or -1 */
-  int *match_sorted;       /* per sorted unit: matched GT unit index, or -1 */
-  int *best_gt;            /* per GT unit: best sorted unit at >= chance score, or -1 */
-  int *best_sorted;        /* per sorted unit: best GT unit at >= chance score, or -1 */
-  double *accuracy, *precision, *recall; /* per GT unit */
+  int64_t *n_match;                             /* [n_gt × n_sorted] */
+  double *agreement;                            /* [n_gt × n_sorted] */
+  int *match_gt;                                /* per GT unit: Hungarian-matched sorted unit index, or -1 */
+  int *match_sorted;                            /* per sorted unit: matched GT unit index, or -1 */
+  int *best_gt;                                 /* per GT unit: best sorted unit at >= chance score, or -1 */
+  int *best_sorted;                             /* per sorted unit: best GT unit at >= chance score, or -1 */
+  double *accuracy, *precision, *recall;        /* per GT unit */
   int *false_positive, *redundant, *overmerged; /* per sorted unit, 0/1 */
   int well_detected, n_false_positive, n_redundant, n_overmerged;
-  int n_snr_above;         /* GT units with known SNR > threshold */
+  int n_snr_above;                /* GT units with known SNR > threshold */
   double mean_accuracy_snr_above; /* NaN when there are none */
-  double mean_accuracy;    /* over all GT units */
+  double mean_accuracy;           /* over all GT units */
 } ss_comparison;
 
 void ss_compare_opts_defaults(ss_compare_opts *o);
@@ -79,9 +79,9 @@ void ss_spike_trains_free(ss_spike_trains *t);
 
 /* Options of the loaders. */
 typedef struct {
-  const char *times_path;  /* KlustaKwik: the sample-index file (default: .clu -> .res) */
-  double rate_hz;          /* rate for inputs without one (0 = unknown) */
-  const int64_t *exclude;  /* unit labels to leave out (e.g. a noise cluster) */
+  const char *times_path; /* KlustaKwik: the sample-index file (default: .clu -> .res) */
+  double rate_hz;         /* rate for inputs without one (0 = unknown) */
+  const int64_t *exclude; /* unit labels to leave out (e.g. a noise cluster) */
   int n_exclude;
 } ss_trains_load_opts;
 
@@ -109,8 +109,8 @@ void ss_comparison_free(ss_comparison *c);
 void ss_compare_print(FILE *f, const ss_spike_trains *gt, const ss_spike_trains *sorted, const ss_compare_opts *opts,
                       const ss_comparison *c);
 /* {"units": [...], "summary": {...}} written atomically (docs/compare.md). */
-ss_status ss_compare_write_json(ss_ctx *ctx, const char *path, const ss_spike_trains *gt,
-                                const ss_spike_trains *sorted, const ss_compare_opts *opts, const ss_comparison *c);
+ss_status ss_compare_write_json(ss_ctx *ctx, const char *path, const ss_spike_trains *gt, const ss_spike_trains *sorted,
+                                const ss_compare_opts *opts, const ss_comparison *c);
 
 #ifdef __cplusplus
 }

@@ -39,7 +39,8 @@ static int64_t drop_excluded(const ss_trains_load_opts *o, int64_t n, int64_t *t
 /* --- HDF5 helpers ---------------------------------------------------------------------------- */
 
 /* A whole 1-D integer dataset as int64. */
-static ss_status read_i64_vector(ss_ctx *ctx, hid_t file, const char *path, const char *fname, int64_t **out, int64_t *n) {
+static ss_status read_i64_vector(ss_ctx *ctx, hid_t file, const char *path, const char *fname, int64_t **out,
+                                 int64_t *n) {
   *out = NULL;
   *n = 0;
   if (!ss_h5_is_dataset(file, path)) return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: missing", fname, path);
@@ -68,7 +69,8 @@ static ss_status read_i64_vector(ss_ctx *ctx, hid_t file, const char *path, cons
 
 /* --- results file ---------------------------------------------------------------------------- */
 
-static ss_status load_results(ss_ctx *ctx, hid_t f, const char *path, const ss_trains_load_opts *o, ss_spike_trains *out) {
+static ss_status load_results(ss_ctx *ctx, hid_t f, const char *path, const ss_trains_load_opts *o,
+                              ss_spike_trains *out) {
   double rate = 0;
   if (!ss_h5_read_attr_f64(f, "sample_rate", &rate))
     return ss_fail(ctx, SS_ERR_INPUT, "%s: attribute sample_rate: missing", path);
@@ -80,8 +82,9 @@ static ss_status load_results(ss_ctx *ctx, hid_t f, const char *path, const ss_t
     st = ss_fail(ctx, SS_ERR_INPUT, "%s: /spikes/cluster: missing (the file holds no clustering yet)", path);
   if (st == SS_OK) st = read_i64_vector(ctx, f, "/spikes/cluster", path, &labels, &nl);
   if (st == SS_OK && nl != n)
-    st = ss_fail(ctx, SS_ERR_INPUT, "%s: /spikes/cluster: expected %" PRId64 " values (as /spikes/time_samples), got %" PRId64,
-                 path, n, nl);
+    st = ss_fail(ctx, SS_ERR_INPUT,
+                 "%s: /spikes/cluster: expected %" PRId64 " values (as /spikes/time_samples), got %" PRId64, path, n,
+                 nl);
   if (st == SS_OK) {
     n = drop_excluded(o, n, times, labels);
     st = ss_spike_trains_from_labels(ctx, n, times, labels, rate, path, out);
@@ -118,18 +121,22 @@ static int nwb_series_timing(hid_t f, double *rate, double *start) {
   return found;
 }
 
-static ss_status nwb_check_index(ss_ctx *ctx, const char *path, const int64_t *index, int64_t n_units, int64_t n_times) {
+static ss_status nwb_check_index(ss_ctx *ctx, const char *path, const int64_t *index, int64_t n_units,
+                                 int64_t n_times) {
   int64_t prev = 0;
   for (int64_t u = 0; u < n_units; u++) {
     if (index[u] < prev || index[u] > n_times)
       return ss_fail(ctx, SS_ERR_INPUT,
-                     "%s: /units/spike_times_index[%" PRId64 "]: expected a non-decreasing end in [%" PRId64 ", %" PRId64
-                     "], got %" PRId64, path, u, prev, n_times, index[u]);
+                     "%s: /units/spike_times_index[%" PRId64 "]: expected a non-decreasing end in [%" PRId64
+                     ", %" PRId64 "], got %" PRId64,
+                     path, u, prev, n_times, index[u]);
     prev = index[u];
   }
   if (n_units > 0 && prev != n_times)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: /units/spike_times_index: last end is %" PRId64 ", expected %" PRId64
-                   " (the length of /units/spike_times)", path, prev, n_times);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: /units/spike_times_index: last end is %" PRId64 ", expected %" PRId64
+                   " (the length of /units/spike_times)",
+                   path, prev, n_times);
   return SS_OK;
 }
 
@@ -142,11 +149,13 @@ static int cmp_i64(const void *pa, const void *pb) {
 static ss_status nwb_sample(ss_ctx *ctx, const char *path, const double *sec, int64_t k, double rate, double start,
                             int64_t *out) {
   if (!isfinite(sec[k]))
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: /units/spike_times[%" PRId64 "]: expected a finite time, got %g", path, k, sec[k]);
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: /units/spike_times[%" PRId64 "]: expected a finite time, got %g", path, k,
+                   sec[k]);
   double s = (sec[k] - start) * rate;
   if (s < -0.5 || s > 9.2e18)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: /units/spike_times[%" PRId64 "]: expected a time >= the recording start (%g s), got %g",
-                   path, k, start, sec[k]);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: /units/spike_times[%" PRId64 "]: expected a time >= the recording start (%g s), got %g", path,
+                   k, start, sec[k]);
   *out = llround(s);
   return SS_OK;
 }
@@ -181,7 +190,8 @@ static ss_status nwb_build(ss_ctx *ctx, const char *path, const double *sec, con
     out->unit_id[i] = ids[r];
     out->start[i] = pos;
     if (snr) out->snr[i] = snr[r];
-    for (int64_t j = from; j < index[r] && st == SS_OK; j++) st = nwb_sample(ctx, path, sec, j, rate, start, &out->times[pos++]);
+    for (int64_t j = from; j < index[r] && st == SS_OK; j++)
+      st = nwb_sample(ctx, path, sec, j, rate, start, &out->times[pos++]);
     qsort(out->times + out->start[i], (size_t)(pos - out->start[i]), sizeof(int64_t), cmp_i64);
   }
   out->start[k] = pos;
@@ -202,11 +212,12 @@ static ss_status load_nwb(ss_ctx *ctx, hid_t f, const char *path, const ss_train
   if (st == SS_OK) st = read_i64_vector(ctx, f, "/units/spike_times_index", path, &index, &n_units);
   if (st == SS_OK) st = read_i64_vector(ctx, f, "/units/id", path, &ids, &n_ids);
   if (st == SS_OK && n_ids != n_units)
-    st = ss_fail(ctx, SS_ERR_INPUT, "%s: /units/id: expected %" PRId64 " rows (as spike_times_index), got %" PRId64, path,
-                 n_units, n_ids);
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: /units/id: expected %" PRId64 " rows (as spike_times_index), got %" PRId64,
+                 path, n_units, n_ids);
   for (int64_t a = 0; st == SS_OK && a < n_units; a++)
     for (int64_t b = a + 1; st == SS_OK && b < n_units; b++)
-      if (ids[a] == ids[b]) st = ss_fail(ctx, SS_ERR_INPUT, "%s: /units/id: id %" PRId64 " appears twice", path, ids[a]);
+      if (ids[a] == ids[b])
+        st = ss_fail(ctx, SS_ERR_INPUT, "%s: /units/id: id %" PRId64 " appears twice", path, ids[a]);
   if (st == SS_OK) st = nwb_check_index(ctx, path, index, n_units, n_times);
   if (st == SS_OK && ss_h5_is_dataset(f, "/units/snr")) {
     st = ss_h5_read_f64_vector(ctx, f, "/units/snr", path, &snr, &n_snr);
@@ -275,7 +286,8 @@ static ss_status read_npy_vector(ss_ctx *ctx, const char *dir, const char *name,
   SS_TRY(ss_npy_read(ctx, p, &a));
   ss_status st = SS_OK;
   int column = a.ndim == 2 && a.shape[1] == 1;
-  if (a.ndim != 1 && !column) st = ss_fail(ctx, SS_ERR_INPUT, "%s: expected a vector (N or N×1), got %d dimensions", p, a.ndim);
+  if (a.ndim != 1 && !column)
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: expected a vector (N or N×1), got %d dimensions", p, a.ndim);
   else if (a.dtype == SS_DT_F32 || a.dtype == SS_DT_F64)
     st = ss_fail(ctx, SS_ERR_INPUT, "%s: expected an integer dtype, got %s", p, ss_dtype_name(a.dtype));
   else st = ss_array_to_i64(ctx, &a, p, out);
@@ -291,8 +303,8 @@ static ss_status load_phy(ss_ctx *ctx, const char *dir, const ss_trains_load_opt
   ss_status st = read_npy_vector(ctx, dir, "spike_times.npy", &times, &n);
   if (st == SS_OK) st = read_npy_vector(ctx, dir, "spike_clusters.npy", &labels, &nl);
   if (st == SS_OK && nl != n)
-    st = ss_fail(ctx, SS_ERR_INPUT, "%s/spike_clusters.npy: expected %" PRId64 " values (as spike_times.npy), got %" PRId64,
-                 dir, n, nl);
+    st = ss_fail(ctx, SS_ERR_INPUT,
+                 "%s/spike_clusters.npy: expected %" PRId64 " values (as spike_times.npy), got %" PRId64, dir, n, nl);
   if (st == SS_OK) {
     n = drop_excluded(o, n, times, labels);
     st = ss_spike_trains_from_labels(ctx, n, times, labels, rate, dir, out);
@@ -332,7 +344,8 @@ static ss_status read_res(ss_ctx *ctx, const char *path, int64_t **out, int64_t 
     while (isspace((unsigned char)*end)) end++;
     if (end == s || *end || x < 0) {
       s[strcspn(s, "\r\n")] = '\0';
-      st = ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ": expected a sample index >= 0, got \"%s\"", path, line_no, s);
+      st = ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ": expected a sample index >= 0, got \"%s\"", path, line_no,
+                   s);
       break;
     }
     if (k == cap) {
@@ -366,7 +379,8 @@ static ss_status load_clu(ss_ctx *ctx, const char *path, const ss_trains_load_op
   SS_TRY(ss_kk_read_clu(ctx, path, &n, &lab32, NULL));
   ss_status st = read_res(ctx, res, &times, &nt);
   if (st == SS_OK && nt != n)
-    st = ss_fail(ctx, SS_ERR_INPUT, "%s: expected %" PRId64 " spike times (one per label in %s), got %" PRId64, res, n, path, nt);
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: expected %" PRId64 " spike times (one per label in %s), got %" PRId64, res, n,
+                 path, nt);
   if (st == SS_OK) st = SS_ALLOC(ctx, labels, n > 0 ? n : 1, "labels");
   if (st == SS_OK) {
     for (int64_t i = 0; i < n; i++) labels[i] = lab32[i];
@@ -388,6 +402,6 @@ ss_status ss_spike_trains_load(ss_ctx *ctx, const char *path, const ss_trains_lo
   const char *base = strrchr(path, '/');
   if (strstr(base ? base + 1 : path, ".clu")) return load_clu(ctx, path, opts, out);
   if (H5Fis_hdf5(path) > 0) return load_hdf5(ctx, path, opts, out);
-  return ss_fail(ctx, SS_ERR_INPUT, "%s: unknown sorting format (expected results .h5, NWB, a phy folder or a .clu file)",
-                 path);
+  return ss_fail(ctx, SS_ERR_INPUT,
+                 "%s: unknown sorting format (expected results .h5, NWB, a phy folder or a .clu file)", path);
 }

@@ -11,21 +11,21 @@
 #include "core/rng.h"
 
 /* --- model constants ------------------------------------------------------------------------- */
-#define SIM_MARGIN_XY_UM 20.0         /* units may sit this far beyond the outermost contacts */
-#define SIM_Z_MIN_UM 10.0             /* distance off the probe plane */
+#define SIM_MARGIN_XY_UM 20.0 /* units may sit this far beyond the outermost contacts */
+#define SIM_Z_MIN_UM 10.0     /* distance off the probe plane */
 #define SIM_Z_MAX_UM 60.0
-#define SIM_POSITION_CANDIDATES 8     /* best-candidate sampling: keeps units apart */
-#define SIM_DECAY_D0_UM 30.0          /* amplitude ∝ 1 / (1 + (d / d0)^2) */
+#define SIM_POSITION_CANDIDATES 8      /* best-candidate sampling: keeps units apart */
+#define SIM_DECAY_D0_UM 30.0           /* amplitude ∝ 1 / (1 + (d / d0)^2) */
 #define SIM_CONDUCTION_UM_PER_MS 400.0 /* per-channel delay = (d - z) / speed ... */
-#define SIM_MAX_DELAY_MS 0.5          /* ... capped */
-#define SIM_TROUGH_SIGMA_MS 0.10      /* negative phase: Gaussian s.d. at width 1 */
-#define SIM_REPOL_DELAY_MIN_MS 0.35   /* positive phase: centre after the trough */
+#define SIM_MAX_DELAY_MS 0.5           /* ... capped */
+#define SIM_TROUGH_SIGMA_MS 0.10       /* negative phase: Gaussian s.d. at width 1 */
+#define SIM_REPOL_DELAY_MIN_MS 0.35    /* positive phase: centre after the trough */
 #define SIM_REPOL_DELAY_MAX_MS 0.55
-#define SIM_REPOL_SIGMA_MIN_MS 0.20   /* positive phase: Gaussian s.d. */
+#define SIM_REPOL_SIGMA_MIN_MS 0.20 /* positive phase: Gaussian s.d. */
 #define SIM_REPOL_SIGMA_MAX_MS 0.35
-#define SIM_REPOL_RATIO_MIN 0.25      /* positive phase height / trough depth */
+#define SIM_REPOL_RATIO_MIN 0.25 /* positive phase height / trough depth */
 #define SIM_REPOL_RATIO_MAX 0.50
-#define SIM_WIDTH_MIN 0.8             /* per-unit time scale of the whole waveform */
+#define SIM_WIDTH_MIN 0.8 /* per-unit time scale of the whole waveform */
 #define SIM_WIDTH_MAX 1.3
 #define SIM_SUPPORT_TROUGH_SIGMAS 5.0 /* waveform support: from -5 trough s.d. ... */
 #define SIM_SUPPORT_REPOL_SIGMAS 4.5  /* ... to 4.5 repolarisation s.d. after its centre */
@@ -52,29 +52,29 @@ static uint64_t stream_id(int kind, uint64_t index) { return ((uint64_t)kind << 
 
 typedef struct {
   double width, repol_delay_ms, repol_sigma_ms, repol_ratio;
-  double a_ref;              /* spatial factor of the nearest contact at time 0 */
-  double pre, post;          /* support before / after the trough, in samples */
-  float *table;              /* normalised waveform (peak-to-trough 1), SIM_OVERSAMPLE per sample */
+  double a_ref;     /* spatial factor of the nearest contact at time 0 */
+  double pre, post; /* support before / after the trough, in samples */
+  float *table;     /* normalised waveform (peak-to-trough 1), SIM_OVERSAMPLE per sample */
   int64_t table_len;
-  float *frac;               /* per spike: trough offset from its sample, in [-0.5, 0.5) */
-  float *scale;              /* per spike: amplitude factor */
+  float *frac;  /* per spike: trough offset from its sample, in [-0.5, 0.5) */
+  float *scale; /* per spike: amplitude factor */
 } sim_unit;
 
 struct ss_sim {
   ss_sim_config cfg;
   int n_channels;
-  double *cx, *cy;           /* per recording channel */
+  double *cx, *cy; /* per recording channel */
   int64_t n_samples;
   int64_t max_pre, max_post; /* reach of any spike around its sample, for chunk overlap */
   sim_unit *units;
   ss_sim_truth truth;
   /* noise */
-  int *mix_start, *mix_idx;  /* CSR: channel c mixes innovations of mix_idx[mix_start[c] ..] */
+  int *mix_start, *mix_idx; /* CSR: channel c mixes innovations of mix_idx[mix_start[c] ..] */
   double *mix_w;
-  uint64_t *noise_key;       /* per channel */
+  uint64_t *noise_key; /* per channel */
   double lp_a, hp_b, noise_gain;
   int64_t warmup, n_blocks, next_block;
-  double *sumsq;             /* per channel, over blocks 0 .. next_block-1, in order */
+  double *sumsq; /* per channel, over blocks 0 .. next_block-1, in order */
 };
 
 /* --- small helpers --------------------------------------------------------------------------- */
@@ -137,15 +137,16 @@ ss_status ss_sim_config_validate(ss_ctx *ctx, const ss_sim_config *c) {
               "a firing rate in [min_rate_hz, 1000] Hz");
   double max_ref = c->max_rate_hz > 0 ? 1000.0 / c->max_rate_hz : 1000.0;
   if (!(c->refractory_ms >= 0 && c->refractory_ms < max_ref)) {
-    ss_problem(ctx, SS_ERR_INPUT, "simulate: refractory_ms: expected a number in [0, %g) (below the mean "
-               "interval at max_rate_hz), got %g", max_ref, c->refractory_ms);
+    ss_problem(ctx, SS_ERR_INPUT,
+               "simulate: refractory_ms: expected a number in [0, %g) (below the mean "
+               "interval at max_rate_hz), got %g",
+               max_ref, c->refractory_ms);
     bad = 1;
   }
   check_range(ctx, &bad, "amplitude_jitter", c->amplitude_jitter, 0, 0.3, 0, "a relative s.d. in [0, 0.3]");
   check_range(ctx, &bad, "conversion_uv", c->conversion_uv, 0, 1e6, 1, "µV per step > 0");
   if (!bad && (double)llround(c->duration_s * c->rate_hz) > (double)SIM_MAX_SAMPLES) {
-    ss_problem(ctx, SS_ERR_INPUT, "simulate: duration_s: %g s at %g Hz is too many samples", c->duration_s,
-               c->rate_hz);
+    ss_problem(ctx, SS_ERR_INPUT, "simulate: duration_s: %g s at %g Hz is too many samples", c->duration_s, c->rate_hz);
     bad = 1;
   }
   if (!bad && llround(c->duration_s * c->rate_hz) < 1) {
@@ -394,7 +395,8 @@ ss_status ss_sim_create(ss_ctx *ctx, const ss_sim_config *c, const ss_probe *pro
   s->n_channels = probe->n;
   s->n_samples = llround(c->duration_s * c->rate_hz);
   ss_status st = SS_OK;
-  if ((st = SS_ALLOC(ctx, s->cx, probe->n, "probe positions")) || (st = SS_ALLOC(ctx, s->cy, probe->n, "probe positions")) ||
+  if ((st = SS_ALLOC(ctx, s->cx, probe->n, "probe positions")) ||
+      (st = SS_ALLOC(ctx, s->cy, probe->n, "probe positions")) ||
       (st = alloc_truth(ctx, &s->truth, c->n_units, probe->n)) ||
       (st = SS_CALLOC(ctx, s->units, c->n_units > 0 ? c->n_units : 1, "simulated units")))
     goto fail;
@@ -509,8 +511,7 @@ static ss_status noise_blocks(ss_ctx *ctx, ss_sim *s, int64_t k0, int64_t k1, in
     return SS_ERR_NOMEM;
   }
 #pragma omp parallel for schedule(dynamic)
-  for (int64_t i = 0; i < nb; i++)
-    noise_block(s, k0 + i, start, n, out, sums + i * C, scratch + i * 4 * C);
+  for (int64_t i = 0; i < nb; i++) noise_block(s, k0 + i, start, n, out, sums + i * C, scratch + i * 4 * C);
   for (int64_t i = 0; i < nb; i++) {
     if (k0 + i != s->next_block) continue;
     for (int c = 0; c < C; c++) s->sumsq[c] += sums[i * C + c];
@@ -545,7 +546,8 @@ ss_status ss_sim_render(ss_ctx *ctx, ss_sim *s, int64_t start, int64_t n, float 
     for (int u = 0; u < s->truth.n_units; u++) {
       const int64_t *ts = s->truth.spike_samples[u];
       const sim_unit *un = &s->units[u];
-      for (int64_t k = first_spike_at(s, u, start - s->max_post); k < s->truth.n_spikes[u] && ts[k] < start + n + s->max_pre; k++)
+      for (int64_t k = first_spike_at(s, u, start - s->max_post);
+           k < s->truth.n_spikes[u] && ts[k] < start + n + s->max_pre; k++)
         add_spike(s, u, ts[k], un->frac[k], un->scale[k], c, start, start + n, out + c, C);
     }
   }

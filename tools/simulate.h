@@ -31,15 +31,15 @@ extern "C" {
 #endif
 
 typedef struct {
-  double duration_s;       /* default 60 */
-  double rate_hz;          /* sampling rate, default 30000 */
-  int n_units;             /* default 20 */
-  double median_snr;       /* median unit SNR asked for, default 10 */
-  double snr_spread;       /* largest/smallest unit SNR (log-uniform around the median), default 10 */
-  uint64_t seed;           /* default 1 */
-  double noise_uv;         /* noise standard deviation in µV, default 10 */
-  double drift_um_per_s;   /* linear drift of the units along y, default 0 */
-  double min_rate_hz;      /* firing rates log-uniform in [min, max], default 0.5 .. 20 */
+  double duration_s;     /* default 60 */
+  double rate_hz;        /* sampling rate, default 30000 */
+  int n_units;           /* default 20 */
+  double median_snr;     /* median unit SNR asked for, default 10 */
+  double snr_spread;     /* largest/smallest unit SNR (log-uniform around the median), default 10 */
+  uint64_t seed;         /* default 1 */
+  double noise_uv;       /* noise standard deviation in µV, default 10 */
+  double drift_um_per_s; /* linear drift of the units along y, default 0 */
+  double min_rate_hz;    /* firing rates log-uniform in [min, max], default 0.5 .. 20 */
   double max_rate_hz;
   double refractory_ms;    /* absolute refractory period, default 2.5 */
   double amplitude_jitter; /* relative s.d. of the per-spike amplitude, default 0.1 */
@@ -54,15 +54,15 @@ typedef struct {
   int n_channels;
   int64_t *n_spikes;
   int64_t **spike_samples;
-  double *x_um, *y_um, *z_um;  /* positions at time 0 */
-  double *rate_hz;             /* asked firing rate */
-  double *target_snr;          /* asked SNR */
-  double *amplitude_uv;        /* peak-to-trough on the nearest contact at time 0, per-spike scale 1 */
-  double *width;               /* waveform time scale (1 = nominal) */
-  double *snr;                 /* measured */
-  int32_t *peak_channel;       /* measured: channel of the largest mean-template peak-to-trough */
-  double *template_ptp_uv;     /* measured: that peak-to-trough */
-  double *noise_sigma_uv;      /* measured, per channel */
+  double *x_um, *y_um, *z_um; /* positions at time 0 */
+  double *rate_hz;            /* asked firing rate */
+  double *target_snr;         /* asked SNR */
+  double *amplitude_uv;       /* peak-to-trough on the nearest contact at time 0, per-spike scale 1 */
+  double *width;              /* waveform time scale (1 = nominal) */
+  double *snr;                /* measured */
+  int32_t *peak_channel;      /* measured: channel of the largest mean-template peak-to-trough */
+  double *template_ptp_uv;    /* measured: that peak-to-trough */
+  double *noise_sigma_uv;     /* measured, per channel */
 } ss_sim_truth;
 
 typedef struct ss_sim ss_sim;

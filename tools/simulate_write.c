@@ -74,21 +74,30 @@ static ss_status write_nwb(ss_ctx *ctx, ss_sim *s, const char *path, int64_t chu
   SS_TRY(SS_ALLOC(ctx, xy, 2 * (size_t)C, "channel positions"));
   for (int ch = 0; ch < C; ch++) ss_sim_channel_position(s, ch, &xy[ch], &xy[C + ch]);
   char desc[256];
-  snprintf(desc, sizeof(desc), "spikestream simulate: seed %" PRIu64 ", %d units, median SNR %g, noise %g uV, drift %g um/s",
-           c->seed, U, c->median_snr, c->noise_uv, c->drift_um_per_s);
-  ss_nwb_meta meta = {.session_description = desc, .rate_hz = c->rate_hz, .n_channels = C,
-                      .conversion = c->conversion_uv / SIM_UV_PER_V, .channel_x = xy, .channel_y = xy + C};
+  snprintf(desc, sizeof(desc),
+           "spikestream simulate: seed %" PRIu64 ", %d units, median SNR %g, noise %g uV, drift %g um/s", c->seed, U,
+           c->median_snr, c->noise_uv, c->drift_um_per_s);
+  ss_nwb_meta meta = {.session_description = desc,
+                      .rate_hz = c->rate_hz,
+                      .n_channels = C,
+                      .conversion = c->conversion_uv / SIM_UV_PER_V,
+                      .channel_x = xy,
+                      .channel_y = xy + C};
   ss_nwb_writer *w = NULL;
   ss_status st = ss_nwb_writer_open(ctx, path, &meta, &w);
   if (st == SS_OK) st = stream_all(ctx, s, chunk, nwb_sink, w);
   if (st == SS_OK) st = SS_CALLOC(ctx, times, U > 0 ? U : 1, "spike times");
   for (int u = 0; u < U && st == SS_OK; u++) {
     st = SS_ALLOC(ctx, times[u], t->n_spikes[u] ? t->n_spikes[u] : 1, "spike times");
-    for (int64_t k = 0; st == SS_OK && k < t->n_spikes[u]; k++) times[u][k] = (double)t->spike_samples[u][k] / c->rate_hz;
+    for (int64_t k = 0; st == SS_OK && k < t->n_spikes[u]; k++)
+      times[u][k] = (double)t->spike_samples[u][k] / c->rate_hz;
   }
   if (st == SS_OK) {
-    ss_nwb_units units = {.n_units = U, .n_spikes = t->n_spikes, .spike_times = (const double *const *)times,
-                          .peak_channel = t->peak_channel, .snr = t->snr};
+    ss_nwb_units units = {.n_units = U,
+                          .n_spikes = t->n_spikes,
+                          .spike_times = (const double *const *)times,
+                          .peak_channel = t->peak_channel,
+                          .snr = t->snr};
     st = ss_nwb_writer_set_units(ctx, w, &units);
   }
   if (st == SS_OK) st = ss_nwb_writer_close(ctx, w);
@@ -131,9 +140,10 @@ static void write_sidecar(FILE *f, const ss_sim *s, const char *bin_path) {
   fprintf(f, "  \"layout\": \"time-major\",\n  \"sample_rate\": %.17g,\n  \"n_channels\": %d,\n", c->rate_hz, C);
   fprintf(f, "  \"n_samples\": %" PRId64 ",\n  \"conversion_uv\": %.17g,\n  \"conversion\": %.17g,\n",
           ss_sim_n_samples(s), c->conversion_uv, c->conversion_uv / SIM_UV_PER_V);
-  fprintf(f, "  \"simulation\": {\"seed\": %" PRIu64 ", \"duration_s\": %.17g, \"n_units\": %d, \"median_snr\": %.17g, "
-             "\"snr_spread\": %.17g, \"noise_uv\": %.17g, \"drift_um_per_s\": %.17g, \"min_rate_hz\": %.17g, "
-             "\"max_rate_hz\": %.17g, \"refractory_ms\": %.17g, \"amplitude_jitter\": %.17g},\n",
+  fprintf(f,
+          "  \"simulation\": {\"seed\": %" PRIu64 ", \"duration_s\": %.17g, \"n_units\": %d, \"median_snr\": %.17g, "
+          "\"snr_spread\": %.17g, \"noise_uv\": %.17g, \"drift_um_per_s\": %.17g, \"min_rate_hz\": %.17g, "
+          "\"max_rate_hz\": %.17g, \"refractory_ms\": %.17g, \"amplitude_jitter\": %.17g},\n",
           c->seed, c->duration_s, c->n_units, c->median_snr, c->snr_spread, c->noise_uv, c->drift_um_per_s,
           c->min_rate_hz, c->max_rate_hz, c->refractory_ms, c->amplitude_jitter);
   fprintf(f, "  \"channel_x_um\": [");
@@ -152,9 +162,10 @@ static void write_sidecar(FILE *f, const ss_sim *s, const char *bin_path) {
   json_doubles(f, t->noise_sigma_uv, C);
   fprintf(f, ",\n  \"units\": [");
   for (int u = 0; u < t->n_units; u++) {
-    fprintf(f, "%s\n    {\"id\": %d, \"x_um\": %.17g, \"y_um\": %.17g, \"z_um\": %.17g, \"rate_hz\": %.17g, "
-               "\"target_snr\": %.17g, \"snr\": %.17g, \"peak_channel\": %d, \"template_ptp_uv\": %.17g, "
-               "\"n_spikes\": %" PRId64 ",\n     \"spike_samples\": [",
+    fprintf(f,
+            "%s\n    {\"id\": %d, \"x_um\": %.17g, \"y_um\": %.17g, \"z_um\": %.17g, \"rate_hz\": %.17g, "
+            "\"target_snr\": %.17g, \"snr\": %.17g, \"peak_channel\": %d, \"template_ptp_uv\": %.17g, "
+            "\"n_spikes\": %" PRId64 ",\n     \"spike_samples\": [",
             u ? "," : "", u, t->x_um[u], t->y_um[u], t->z_um[u], t->rate_hz[u], t->target_snr[u], t->snr[u],
             (int)t->peak_channel[u], t->template_ptp_uv[u], t->n_spikes[u]);
     for (int64_t k = 0; k < t->n_spikes[u]; k++) fprintf(f, "%s%" PRId64, k ? ", " : "", t->spike_samples[u][k]);

@@ -82,24 +82,24 @@ static void median_sd(double *a, int64_t n, double *med, double *sd) {
 typedef struct {
   int64_t n;
   int D, P;
-  const float *x;   /* [n × D] */
-  double thr;       /* outlier_z2 · D (INFINITY: no outliers) */
-  int64_t min_part; /* split_min_spikes */
-  double valley;    /* split_valley */
-  int max_ch;       /* split_max_channels */
-  const float *masks; /* [n × C] */
-  double *chw;      /* [C] mean mask of a segment's inliers per channel */
-  uint8_t *chosen;  /* [C] channels the split test looks at */
-  int *feat;        /* [D] their features, ascending */
-  int T;            /* threads */
-  double *noise;    /* [D] noise spread per feature */
-  double *buf;      /* [T × n] scratch, n per thread */
-  double *proj;     /* [n] projections */
-  double *cov;      /* [D × D] */
+  const float *x;           /* [n × D] */
+  double thr;               /* outlier_z2 · D (INFINITY: no outliers) */
+  int64_t min_part;         /* split_min_spikes */
+  double valley;            /* split_valley */
+  int max_ch;               /* split_max_channels */
+  const float *masks;       /* [n × C] */
+  double *chw;              /* [C] mean mask of a segment's inliers per channel */
+  uint8_t *chosen;          /* [C] channels the split test looks at */
+  int *feat;                /* [D] their features, ascending */
+  int T;                    /* threads */
+  double *noise;            /* [D] noise spread per feature */
+  double *buf;              /* [T × n] scratch, n per thread */
+  double *proj;             /* [n] projections */
+  double *cov;              /* [D × D] */
   double *mean, *row, *vec; /* [D] each */
-  double *block;    /* [SS_CLEANUP_BLOCK × D] */
-  int64_t *pos;     /* [n] sampled member positions */
-  double *sample;   /* [D × SS_CLEANUP_SAMPLE] the sampled spikes, feature-major */
+  double *block;            /* [SS_CLEANUP_BLOCK × D] */
+  int64_t *pos;             /* [n] sampled member positions */
+  double *sample;           /* [D × SS_CLEANUP_SAMPLE] the sampled spikes, feature-major */
   /* final clusters: robust centre and spread, [k_cap × D] */
   double *mu, *sd;
   int64_t k_cap;
@@ -175,7 +175,7 @@ static void robust_core(cleanup_state *s, const int64_t *idx, int64_t m, uint8_t
   memset(inl, 1, (size_t)m);
   for (int it = 0; it < SS_CLEANUP_CORE_ITERATIONS; it++) {
     const int64_t q = sample_inliers(inl, m, s->pos);
-    if (q < 2) return; /* keep the previous estimate (the first pass always has m >= 2) */
+    if (q < 2) return;              /* keep the previous estimate (the first pass always has m >= 2) */
     for (int64_t r = 0; r < q; r++) /* row by row (the spikes are scattered in memory), feature-major */
       for (int j = 0; j < s->D; j++) s->sample[(size_t)j * q + r] = s->x[idx[s->pos[r]] * s->D + j];
 #ifdef _OPENMP
@@ -372,7 +372,7 @@ typedef struct {
   uint8_t *inl;      /* [n] inlier flags of the current segment */
   int64_t *outliers; /* [n] */
   int64_t n_out;
-  segment *stack;    /* [n + k] pending segments (each split adds one, and a part has >= 1 spike) */
+  segment *stack; /* [n + k] pending segments (each split adds one, and a part has >= 1 spike) */
   int64_t depth;
   uint8_t *has_model; /* [k_cap] the cluster has a robust centre (it had >= 2 spikes) */
   int32_t *parent;    /* [k_cap] the cluster a split-off part came from (itself for input clusters) */
@@ -437,7 +437,8 @@ static ss_status cleanup_init(ss_ctx *ctx, const ss_params *p, const ss_cleanup_
   s->min_part = p->merge.split_min_spikes;
   s->valley = p->merge.split_valley;
   s->max_ch = p->merge.split_max_channels > 0 && p->merge.split_max_channels < in->n_channels
-                  ? (int)p->merge.split_max_channels : in->n_channels;
+                  ? (int)p->merge.split_max_channels
+                  : in->n_channels;
   s->masks = in->masks;
   SS_TRY(SS_CALLOC(ctx, s->noise, D, "cleanup noise"));
   SS_TRY(SS_ALLOC(ctx, s->buf, (size_t)s->T * nn, "cleanup scratch"));
@@ -612,8 +613,9 @@ ss_status ss_merge_cleanup(ss_ctx *ctx, const ss_params *p, const ss_cleanup_inp
   cleanup_free(&s, &w);
   if (st != SS_OK) ss_cleanup_result_free(out);
   if (st == SS_OK)
-    ss_log_info(ctx, "cleanup: %" PRId64 " clusters -> %" PRId64 " (%" PRId64 " splits); %" PRId64
-                " outliers: %" PRId64 " to another cluster, %" PRId64 " to noise",
+    ss_log_info(ctx,
+                "cleanup: %" PRId64 " clusters -> %" PRId64 " (%" PRId64 " splits); %" PRId64 " outliers: %" PRId64
+                " to another cluster, %" PRId64 " to noise",
                 out->k_in, out->k_out, out->n_splits, out->n_outliers, out->n_reassigned,
                 out->n_outliers - out->n_reassigned);
   return st;

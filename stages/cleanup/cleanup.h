@@ -34,30 +34,30 @@ extern "C" {
 
 /* What the merge looks at. labels in 0..k−1 (0 = noise); times ascending (ties allowed). */
 typedef struct {
-  int64_t n;                  /* spikes */
-  const int64_t *times;       /* [n] samples, ascending */
-  const int32_t *labels;      /* [n] */
-  int64_t k;                  /* clusters, noise included */
+  int64_t n;             /* spikes */
+  const int64_t *times;  /* [n] samples, ascending */
+  const int32_t *labels; /* [n] */
+  int64_t k;             /* clusters, noise included */
   int n_channels, n_wave;
   const float *mean_waveform; /* [k × n_channels × n_wave] (channel-major inside a cluster) */
   const float *mean_mask;     /* [k × n_channels] */
   double rate_hz;
-  const int32_t *origin;      /* [k] or NULL: clusters of the same origin never merge, nor do the
+  const int32_t *origin; /* [k] or NULL: clusters of the same origin never merge, nor do the
                                  units they join (the pieces the cleanup split apart) */
 } ss_merge_input;
 
 /* One tested pair. */
 typedef struct {
-  int32_t a, b;            /* cluster ids in the input numbering (a < b); b joins a when accepted */
-  double corr;             /* waveform correlation on the shared channels */
-  int n_shared;            /* shared channels */
+  int32_t a, b;                   /* cluster ids in the input numbering (a < b); b joins a when accepted */
+  double corr;                    /* waveform correlation on the shared channels */
+  int n_shared;                   /* shared channels */
   double viol_before, viol_after; /* refractory-violation fractions */
   int accepted;
 } ss_merge_decision;
 
 typedef struct {
-  int64_t k_in, k_out;     /* clusters before and after, noise included */
-  int32_t *map;            /* [k_in]: input cluster → output cluster (0 stays 0; outputs numbered by
+  int64_t k_in, k_out;          /* clusters before and after, noise included */
+  int32_t *map;                 /* [k_in]: input cluster → output cluster (0 stays 0; outputs numbered by
                               their smallest input id, contiguous) */
   ss_merge_decision *decisions; /* in the order they were taken */
   int64_t n_decisions;
@@ -120,11 +120,11 @@ typedef struct {
 } ss_cleanup_input;
 
 typedef struct {
-  int64_t k_in, k_out;    /* clusters before and after, noise included */
+  int64_t k_in, k_out; /* clusters before and after, noise included */
   int64_t n_splits;
-  int64_t n_outliers;     /* spikes that left their cluster's core */
-  int64_t n_reassigned;   /* of those, taken by another cluster (the rest went to noise) */
-  int32_t *origin;        /* [k_out]: the input cluster each output cluster comes from (0 for
+  int64_t n_outliers;   /* spikes that left their cluster's core */
+  int64_t n_reassigned; /* of those, taken by another cluster (the rest went to noise) */
+  int32_t *origin;      /* [k_out]: the input cluster each output cluster comes from (0 for
                              noise); free with ss_cleanup_result_free */
 } ss_cleanup_result;
 

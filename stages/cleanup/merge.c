@@ -81,15 +81,15 @@ typedef struct {
   int8_t *alive;
   int64_t *count;
   int64_t *viol;
-  int64_t **train;     /* per cluster, ascending */
-  float *wave;         /* [k × C × W] current means */
-  float *mask;         /* [k × C] */
-  double *corr;        /* [k × k], upper triangle used */
-  int *shared;         /* [k × k] */
-  int8_t *refused;     /* [k × k] */
-  int8_t *forbid;      /* [k × k] same origin (merge_input.origin) */
-  int32_t *parent;     /* [k] the cluster each one joined (itself when alive) */
-  int64_t refractory;  /* samples */
+  int64_t **train;    /* per cluster, ascending */
+  float *wave;        /* [k × C × W] current means */
+  float *mask;        /* [k × C] */
+  double *corr;       /* [k × k], upper triangle used */
+  int *shared;        /* [k × k] */
+  int8_t *refused;    /* [k × k] */
+  int8_t *forbid;     /* [k × k] same origin (merge_input.origin) */
+  int32_t *parent;    /* [k] the cluster each one joined (itself when alive) */
+  int64_t refractory; /* samples */
 } merge_state;
 
 static void state_free(merge_state *s) {
@@ -181,13 +181,15 @@ static ss_status join(ss_ctx *ctx, merge_state *s, int64_t a, int64_t b, int64_t
   int64_t na = s->count[a], nb = s->count[b], i = 0, j = 0, o = 0;
   int64_t *t = NULL;
   SS_TRY(SS_ALLOC(ctx, t, (size_t)(na + nb), "merged train"));
-  while (i < na || j < nb) t[o++] = (j >= nb || (i < na && s->train[a][i] <= s->train[b][j])) ? s->train[a][i++] : s->train[b][j++];
+  while (i < na || j < nb)
+    t[o++] = (j >= nb || (i < na && s->train[a][i] <= s->train[b][j])) ? s->train[a][i++] : s->train[b][j++];
   free(s->train[a]);
   s->train[a] = t;
   double wa = (double)na / (double)(na + nb), wb = 1.0 - wa;
   size_t ww = (size_t)s->C * s->W;
   for (size_t q = 0; q < ww; q++) s->wave[a * ww + q] = (float)(wa * s->wave[a * ww + q] + wb * s->wave[b * ww + q]);
-  for (int c = 0; c < s->C; c++) s->mask[a * s->C + c] = (float)(wa * s->mask[a * s->C + c] + wb * s->mask[b * s->C + c]);
+  for (int c = 0; c < s->C; c++)
+    s->mask[a * s->C + c] = (float)(wa * s->mask[a * s->C + c] + wb * s->mask[b * s->C + c]);
   s->count[a] = na + nb;
   s->viol[a] = viol_ab;
   s->alive[b] = 0;

@@ -96,8 +96,7 @@ static ss_status spike_list_reserve(ss_ctx *ctx, ss_spike_list *l, int64_t need)
 }
 
 ss_status ss_spike_list_append(ss_ctx *ctx, ss_spike_list *dst, const ss_spike_list *src) {
-  if (src->n_channels != dst->n_channels || src->n_wave != dst->n_wave ||
-      (dst->keep_waveforms && !src->keep_waveforms))
+  if (src->n_channels != dst->n_channels || src->n_wave != dst->n_wave || (dst->keep_waveforms && !src->keep_waveforms))
     return ss_fail(ctx, SS_ERR_INTERNAL, "spike list: appending a table of another shape");
   dst->n_truncated += src->n_truncated;
   if (src->n == 0) return SS_OK; /* an empty table's arrays may be NULL: nothing to copy */
@@ -150,7 +149,8 @@ static ss_status work_reserve(ss_ctx *ctx, ss_detect_work *w, int64_t need) {
   if (need <= w->cap) return SS_OK;
   int64_t cap = w->cap ? w->cap : SS_DETECT_MIN_NODES;
   while (cap < need) cap *= 2;
-  if (cap > INT32_MAX) return ss_fail(ctx, SS_ERR_INPUT, "detect: more than %d threshold crossings in one chunk", INT32_MAX);
+  if (cap > INT32_MAX)
+    return ss_fail(ctx, SS_ERR_INPUT, "detect: more than %d threshold crossings in one chunk", INT32_MAX);
   size_t n = (size_t)cap;
   SS_TRY(grow(ctx, (void **)&w->row, n, sizeof(int32_t), "detection nodes"));
   SS_TRY(grow(ctx, (void **)&w->chan, n, sizeof(int32_t), "detection nodes"));
@@ -344,9 +344,9 @@ ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss
   return SS_OK;
 }
 
-ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                              const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
-                              ss_detect_work *w, ss_spike_list *out) {
+ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg, const ss_detect_graph *g,
+                              const ss_thresholds *th, const ss_detect_block *blk, ss_detect_work *w,
+                              ss_spike_list *out) {
   if (be && be->kind == SS_DEVICE_CUDA)
     return ss_detect_block_cuda(ctx, be, cfg, g, th, blk, out); /* the CPU scratch w is not needed */
   return ss_detect_block_cpu(ctx, cfg, g, th, blk, w, out);

@@ -417,8 +417,8 @@ det_args args_of(const ss_detect_cuda *d, const ss_detect_block *blk, int n_cell
 }
 
 spike_out outputs_of(const ss_detect_cuda *d, int64_t n) {
-  spike_out s = {n, d->roots, d->tc, d->time_samples, d->time_fraction, d->peak_channel,
-                 d->amplitude, d->masks, d->waveforms};
+  spike_out s = {n,        d->roots,    d->tc, d->time_samples, d->time_fraction, d->peak_channel, d->amplitude,
+                 d->masks, d->waveforms};
   return s;
 }
 
@@ -448,8 +448,8 @@ ss_status queue_find(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss
 }
 
 /* Components of the search region up to the spike count (the one synchronisation). */
-ss_status find_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk,
-                      cudaStream_t st, int64_t *n, int64_t *n_truncated) {
+ss_status find_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk, cudaStream_t st,
+                      int64_t *n, int64_t *n_truncated) {
   SS_TRY(queue_find(ctx, d, a, blk, st, -1));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(st));
   *n = d->host_small[0];
@@ -458,8 +458,8 @@ ss_status find_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const s
 }
 
 /* The n spikes' statistics and waveforms (queued on st) into out. */
-ss_status queue_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk,
-                       cudaStream_t st, int64_t n, ss_spike_dev *out) {
+ss_status queue_spikes(ss_ctx *ctx, ss_detect_cuda *d, const det_args &a, const ss_detect_block *blk, cudaStream_t st,
+                       int64_t n, ss_spike_dev *out) {
   SS_TRY(reserve_spikes(ctx, d, n, st));
   const int64_t cells = a.n_cells;
   const spike_out s = outputs_of(d, n);
@@ -551,8 +551,8 @@ extern "C" ss_status ss_detect_cuda_reserve(ss_ctx *ctx, ss_detect_cuda *d, int6
   return SS_OK;
 }
 
-extern "C" ss_status ss_detect_cuda_find(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk,
-                                         int64_t open_row, ss_stream stream) {
+extern "C" ss_status ss_detect_cuda_find(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, int64_t open_row,
+                                         ss_stream stream) {
   cudaStream_t st = stream ? (cudaStream_t)stream : ss_cuda_stream(d->be);
   int64_t cells;
   SS_TRY(search_cells(ctx, d, blk, &cells));
@@ -566,9 +566,8 @@ extern "C" ss_status ss_detect_cuda_find(ss_ctx *ctx, ss_detect_cuda *d, const s
   return queue_find(ctx, d, args_of(d, blk, (int)cells), blk, st, rel > 0 ? rel : 0);
 }
 
-extern "C" ss_status ss_detect_cuda_finish(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk,
-                                           ss_stream stream, ss_spike_dev *out, int64_t *first_open,
-                                           const int64_t **last_rows) {
+extern "C" ss_status ss_detect_cuda_finish(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_block *blk, ss_stream stream,
+                                           ss_spike_dev *out, int64_t *first_open, const int64_t **last_rows) {
   memset(out, 0, sizeof(*out));
   cudaStream_t st = stream ? (cudaStream_t)stream : ss_cuda_stream(d->be);
   const int64_t first = blk->search_begin + (int64_t)d->host_small[2];
@@ -654,8 +653,8 @@ ss_status block_cuda(ss_ctx *ctx, const ss_backend *be, ss_detect_cuda *d, const
 } // namespace
 
 extern "C" ss_status ss_detect_block_cuda(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                                          const ss_detect_graph *g, const ss_thresholds *th,
-                                          const ss_detect_block *blk, ss_spike_list *out) {
+                                          const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
+                                          ss_spike_list *out) {
   SS_TRY(ss_detect_block_check(ctx, cfg, g, th, blk, out));
   ss_detect_cuda *d = nullptr;
   SS_TRY(ss_detect_cuda_open(ctx, be, cfg, g, th, &d));

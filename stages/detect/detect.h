@@ -53,7 +53,7 @@ ss_status ss_detect_config_from_params(ss_ctx *ctx, const ss_params *p, double r
 typedef struct {
   int64_t n, cap;
   int n_channels;
-  int n_wave;          /* samples per channel in a waveform */
+  int n_wave; /* samples per channel in a waveform */
   int keep_waveforms;
   int64_t *time_samples;
   float *time_fraction;
@@ -72,9 +72,9 @@ void ss_spike_list_free(ss_spike_list *l);
 
 /* A filtered block and the rows detection looks at. */
 typedef struct {
-  const float *x;      /* [n_rows × n_channels], time-major */
+  const float *x; /* [n_rows × n_channels], time-major */
   int64_t n_rows;
-  int64_t row0_sample; /* recording sample index of row 0 */
+  int64_t row0_sample;              /* recording sample index of row 0 */
   int64_t search_begin, search_end; /* rows where nodes are collected */
   int64_t own_begin, own_end;       /* a component is reported when its first row lies here */
 } ss_detect_block;
@@ -89,7 +89,7 @@ typedef struct {
   int32_t *order;
   int32_t *start;
   int32_t *ring;
-  float *peak;  /* [n_channels] */
+  float *peak; /* [n_channels] */
   int ring_cap;
   /* What the last CPU run saw of its owned rows (the live engine's completeness and finality rules):
    * every component first-noded there, with or without a strong node, in first-node order, by its first
@@ -100,9 +100,9 @@ typedef struct {
 void ss_detect_work_free(ss_detect_work *w);
 
 /* Detect the spikes of one block and append them to out (in order of their first node). */
-ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                              const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
-                              ss_detect_work *w, ss_spike_list *out);
+ss_status ss_detect_block_run(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg, const ss_detect_graph *g,
+                              const ss_thresholds *th, const ss_detect_block *blk, ss_detect_work *w,
+                              ss_spike_list *out);
 ss_status ss_detect_block_cpu(ss_ctx *ctx, const ss_detect_config *cfg, const ss_detect_graph *g,
                               const ss_thresholds *th, const ss_detect_block *blk, ss_detect_work *w,
                               ss_spike_list *out);
@@ -134,8 +134,8 @@ typedef struct {
 /* Device copies of the graph and thresholds, scratch and outputs. One per stream: handles share no
  * device state, so several may run concurrently on different streams from one host thread. */
 typedef struct ss_detect_cuda ss_detect_cuda;
-ss_status ss_detect_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                              const ss_detect_graph *g, const ss_thresholds *th, ss_detect_cuda **out);
+ss_status ss_detect_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg, const ss_detect_graph *g,
+                              const ss_thresholds *th, ss_detect_cuda **out);
 /* blk->x is a DEVICE pointer; everything else as ss_detect_block_cpu. Runs on `stream` (NULL: the
  * backend's); it synchronises that stream once (to learn the spike count) and grows its buffers as
  * needed. The last kernels (statistics, waveforms) are still in flight on `stream` when it returns. */
@@ -161,9 +161,8 @@ ss_status ss_detect_cuda_finish(ss_ctx *ctx, ss_detect_cuda *d, const ss_detect_
 void ss_detect_cuda_close(ss_detect_cuda *d);
 /* Host block in, host table out (what ss_detect_block_run does with a CUDA backend): uploads the
  * block, runs a temporary handle on the backend's stream and appends the spikes to out. */
-ss_status ss_detect_block_cuda(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg,
-                               const ss_detect_graph *g, const ss_thresholds *th, const ss_detect_block *blk,
-                               ss_spike_list *out);
+ss_status ss_detect_block_cuda(ss_ctx *ctx, const ss_backend *be, const ss_detect_config *cfg, const ss_detect_graph *g,
+                               const ss_thresholds *th, const ss_detect_block *blk, ss_spike_list *out);
 
 #ifdef __cplusplus
 }

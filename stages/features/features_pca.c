@@ -114,16 +114,19 @@ static void covariance(int w, double n, const double *s1, const double *s2, doub
     for (int j = 0; j < w; j++) cov[i * w + j] = (s2[i * w + j] - s1[i] * s1[j] / n) / (n - 1.0);
 }
 
-ss_status ss_pca_fit_cpu(ss_ctx *ctx, const float *waveforms, const float *masks, int64_t n, int n_channels,
-                         int n_wave, int n_pcs, ss_pca *out) {
+ss_status ss_pca_fit_cpu(ss_ctx *ctx, const float *waveforms, const float *masks, int64_t n, int n_channels, int n_wave,
+                         int n_pcs, ss_pca *out) {
   memset(out, 0, sizeof(*out));
   const int C = n_channels, W = n_wave, P = n_pcs;
   if (P > W) return ss_fail(ctx, SS_ERR_INPUT, "features: n_pcs: %d components asked of %d-sample waveforms", P, W);
   double *s1 = NULL, *s2 = NULL, *cnt = NULL, *reg = NULL, *cov = NULL, *evals = NULL, *evecs = NULL;
   ss_status st = SS_ERR_NOMEM;
-  if (SS_CALLOC(ctx, s1, (size_t)C * W, "PCA sums") != SS_OK || SS_CALLOC(ctx, s2, (size_t)C * W * W, "PCA sums") != SS_OK ||
-      SS_CALLOC(ctx, cnt, (size_t)C, "PCA counts") != SS_OK || SS_CALLOC(ctx, reg, (size_t)W * W, "PCA regulariser") != SS_OK ||
-      SS_ALLOC(ctx, cov, (size_t)W * W, "PCA covariance") != SS_OK || SS_ALLOC(ctx, evals, (size_t)W, "eigenvalues") != SS_OK ||
+  if (SS_CALLOC(ctx, s1, (size_t)C * W, "PCA sums") != SS_OK ||
+      SS_CALLOC(ctx, s2, (size_t)C * W * W, "PCA sums") != SS_OK ||
+      SS_CALLOC(ctx, cnt, (size_t)C, "PCA counts") != SS_OK ||
+      SS_CALLOC(ctx, reg, (size_t)W * W, "PCA regulariser") != SS_OK ||
+      SS_ALLOC(ctx, cov, (size_t)W * W, "PCA covariance") != SS_OK ||
+      SS_ALLOC(ctx, evals, (size_t)W, "eigenvalues") != SS_OK ||
       SS_ALLOC(ctx, evecs, (size_t)W * W, "eigenvectors") != SS_OK ||
       SS_ALLOC(ctx, out->basis, (size_t)C * P * W, "PCA basis") != SS_OK ||
       SS_ALLOC(ctx, out->eigenvalues, (size_t)C * P, "PCA eigenvalues") != SS_OK)

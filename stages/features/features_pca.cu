@@ -32,12 +32,11 @@ struct stream_guard {
 } // namespace
 
 extern "C" ss_status ss_pca_project_cuda(ss_ctx *ctx, const ss_backend *be, int n_channels, int n_wave, int n_pcs,
-                                         const float *d_basis, const float *d_waveforms, int64_t n,
-                                         float *d_features, ss_stream stream) {
+                                         const float *d_basis, const float *d_waveforms, int64_t n, float *d_features,
+                                         ss_stream stream) {
   const int C = n_channels, W = n_wave, P = n_pcs;
   if (C < 1 || W < 1 || P < 1 || P > W)
-    return ss_fail(ctx, SS_ERR_INTERNAL, "features: projection of %d channels × %d samples on %d components", C, W,
-                   P);
+    return ss_fail(ctx, SS_ERR_INTERNAL, "features: projection of %d channels × %d samples on %d components", C, W, P);
   if (n <= 0) return SS_OK;
   cublasHandle_t h = ss_cuda_cublas(be);
   /* the handle is the backend's: give its stream back afterwards (later stages, e.g. masked EM, use it

@@ -24,9 +24,9 @@ extern "C" {
 
 typedef struct {
   int n_channels, n_wave, n_pcs;
-  float *basis;       /* [n_channels][n_pcs][n_wave] */
+  float *basis;        /* [n_channels][n_pcs][n_wave] */
   double *eigenvalues; /* [n_channels][n_pcs] */
-  int64_t n_fit;      /* spikes the basis was fitted on */
+  int64_t n_fit;       /* spikes the basis was fitted on */
 } ss_pca;
 
 /* Which of n spikes fit the basis: all when n <= max, else max of them drawn without replacement
@@ -35,8 +35,8 @@ ss_status ss_pca_subset(ss_ctx *ctx, uint64_t seed, int64_t n, int64_t max, int6
 
 /* Fit on waveforms [n × n_channels × n_wave] and masks [n × n_channels] (all of them: pick the
  * subset first). n may be 0: the basis is then the unit vectors. */
-ss_status ss_pca_fit_cpu(ss_ctx *ctx, const float *waveforms, const float *masks, int64_t n, int n_channels,
-                         int n_wave, int n_pcs, ss_pca *out);
+ss_status ss_pca_fit_cpu(ss_ctx *ctx, const float *waveforms, const float *masks, int64_t n, int n_channels, int n_wave,
+                         int n_pcs, ss_pca *out);
 ss_status ss_pca_fit(ss_ctx *ctx, const ss_backend *be, const float *waveforms, const float *masks, int64_t n,
                      int n_channels, int n_wave, int n_pcs, ss_pca *out);
 void ss_pca_free(ss_pca *pca);

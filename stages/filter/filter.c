@@ -176,8 +176,8 @@ static inline void store_lanes(float *y, const ss_v4d *v, int lanes) {
 
 /* Run the cascade over rows first, first+step, ... (step ±1), n rows, from state z (updated; layout
  * [section][2][channel]). Transposed direct form II. */
-SS_FILTER_CLONES static ss_status run_cascade(ss_ctx *ctx, const ss_filter *f, const float *in, float *out, int64_t n, int64_t first,
-                             int step, int n_channels, double *z) {
+SS_FILTER_CLONES static ss_status run_cascade(ss_ctx *ctx, const ss_filter *f, const float *in, float *out, int64_t n,
+                                              int64_t first, int step, int n_channels, double *z) {
   const int C = n_channels, S = f->n_sections, nb = (C + SS_FILTER_LANES - 1) / SS_FILTER_LANES;
   const int last = C - (nb - 1) * SS_FILTER_LANES; /* lanes of the last group */
   size_t bytes = sizeof(ss_v4d) * (size_t)nb * (2 * S + 1);
@@ -187,7 +187,8 @@ SS_FILTER_CLONES static ss_status run_cascade(ss_ctx *ctx, const ss_filter *f, c
   for (int k = 0; k < 2 * S; k++)
     for (int b = 0; b < nb; b++) {
       zv[k * nb + b] = (ss_v4d){0, 0, 0, 0};
-      for (int l = 0; l < (b == nb - 1 ? last : SS_FILTER_LANES); l++) zv[k * nb + b][l] = z[k * C + b * SS_FILTER_LANES + l];
+      for (int l = 0; l < (b == nb - 1 ? last : SS_FILTER_LANES); l++)
+        zv[k * nb + b][l] = z[k * C + b * SS_FILTER_LANES + l];
     }
   for (int64_t i = 0; i < n; i++) {
     int64_t t = first + i * step;
@@ -208,13 +209,14 @@ SS_FILTER_CLONES static ss_status run_cascade(ss_ctx *ctx, const ss_filter *f, c
   }
   for (int k = 0; k < 2 * S; k++)
     for (int b = 0; b < nb; b++)
-      for (int l = 0; l < (b == nb - 1 ? last : SS_FILTER_LANES); l++) z[k * C + b * SS_FILTER_LANES + l] = zv[k * nb + b][l];
+      for (int l = 0; l < (b == nb - 1 ? last : SS_FILTER_LANES); l++)
+        z[k * C + b * SS_FILTER_LANES + l] = zv[k * nb + b][l];
   free(zv);
   return SS_OK;
 }
 
-ss_status ss_filter_zero_phase_cpu(ss_ctx *ctx, const ss_filter *f, const float *in, int64_t n_rows,
-                                   int n_channels, float *out) {
+ss_status ss_filter_zero_phase_cpu(ss_ctx *ctx, const ss_filter *f, const float *in, int64_t n_rows, int n_channels,
+                                   float *out) {
   if (n_rows <= 0) return SS_OK;
   double *z = NULL;
   SS_TRY(SS_ALLOC(ctx, z, (size_t)2 * f->n_sections * n_channels, "filter state"));
@@ -228,8 +230,8 @@ ss_status ss_filter_zero_phase_cpu(ss_ctx *ctx, const ss_filter *f, const float 
   return st;
 }
 
-ss_status ss_filter_zero_phase(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *in,
-                               int64_t n_rows, int n_channels, float *out) {
+ss_status ss_filter_zero_phase(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *in, int64_t n_rows,
+                               int n_channels, float *out) {
   if (be && be->kind == SS_DEVICE_CUDA) return ss_filter_zero_phase_cuda_host(ctx, be, f, in, n_rows, n_channels, out);
   return ss_filter_zero_phase_cpu(ctx, f, in, n_rows, n_channels, out);
 }
@@ -255,8 +257,8 @@ ss_status ss_filter_causal_cpu(ss_ctx *ctx, const ss_filter *f, ss_filter_state 
   return run_cascade(ctx, f, in, out, n_rows, 0, 1, st->n_channels, st->z);
 }
 
-ss_status ss_filter_causal(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st,
-                           const float *in, int64_t n_rows, float *out) {
+ss_status ss_filter_causal(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st, const float *in,
+                           int64_t n_rows, float *out) {
   if (be && be->kind == SS_DEVICE_CUDA) return ss_filter_causal_cuda_host(ctx, be, f, st, in, n_rows, out);
   return ss_filter_causal_cpu(ctx, f, st, in, n_rows, out);
 }

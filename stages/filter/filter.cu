@@ -168,8 +168,7 @@ sections<S> sections_of(const ss_filter *f) {
 
 ss_status check_filter(ss_ctx *ctx, const ss_filter *f) {
   if (f->n_sections < 1 || f->n_sections > SS_FILTER_MAX_ORDER)
-    return ss_fail(ctx, SS_ERR_INPUT, "filter: sections: expected 1 to %d, got %d", SS_FILTER_MAX_ORDER,
-                   f->n_sections);
+    return ss_fail(ctx, SS_ERR_INPUT, "filter: sections: expected 1 to %d, got %d", SS_FILTER_MAX_ORDER, f->n_sections);
   return SS_OK;
 }
 
@@ -195,7 +194,7 @@ int64_t sub_block_rows(int64_t n, int C, int64_t warm) {
 
 unsigned blocks_for(int64_t threads, int per_block) { return (unsigned)((threads + per_block - 1) / per_block); }
 
-}  // namespace
+} // namespace
 
 /* The blocked passes: forward (into a temporary when the backward pass follows), then backward. */
 static ss_status run_passes(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *d_in, int64_t n_rows,
@@ -213,20 +212,17 @@ static ss_status run_passes(ss_ctx *ctx, const ss_backend *be, const ss_filter *
   with_sections(f->n_sections, [&](auto k) {
     constexpr int S = decltype(k)::value;
     const sections<S> sec = sections_of<S>(f);
-    k_pass<S><<<grid, PASS_THREADS, 0, s>>>(sec, d_in, zero_phase ? tmp : d_out, n_rows, n_channels, sub, warm,
-                                            false);
+    k_pass<S><<<grid, PASS_THREADS, 0, s>>>(sec, d_in, zero_phase ? tmp : d_out, n_rows, n_channels, sub, warm, false);
     if (zero_phase) k_pass<S><<<grid, PASS_THREADS, 0, s>>>(sec, tmp, d_out, n_rows, n_channels, sub, warm, true);
   });
   const cudaError_t launch = cudaGetLastError();
   if (tmp) cudaFreeAsync(tmp, s);
-  if (launch != cudaSuccess)
-    return ss_fail(ctx, SS_ERR_DEVICE, "CUDA: filter passes: %s", cudaGetErrorString(launch));
+  if (launch != cudaSuccess) return ss_fail(ctx, SS_ERR_DEVICE, "CUDA: filter passes: %s", cudaGetErrorString(launch));
   return SS_OK;
 }
 
-extern "C" ss_status ss_filter_zero_phase_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f,
-                                               const float *d_in, int64_t n_rows, int n_channels, float *d_out,
-                                               ss_stream stream) {
+extern "C" ss_status ss_filter_zero_phase_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *d_in,
+                                               int64_t n_rows, int n_channels, float *d_out, ss_stream stream) {
   return run_passes(ctx, be, f, d_in, n_rows, n_channels, d_out, stream, true);
 }
 
@@ -244,8 +240,8 @@ extern "C" ss_status ss_filter_causal_cuda(ss_ctx *ctx, const ss_backend *be, co
   const bool start = !*started;
   with_sections(f->n_sections, [&](auto k) {
     constexpr int S = decltype(k)::value;
-    k_causal<S><<<blocks_for(n_channels, CAUSAL_THREADS), CAUSAL_THREADS, 0, s>>>(
-        sections_of<S>(f), d_state, start, d_in, d_out, n_rows, n_channels);
+    k_causal<S><<<blocks_for(n_channels, CAUSAL_THREADS), CAUSAL_THREADS, 0, s>>>(sections_of<S>(f), d_state, start,
+                                                                                  d_in, d_out, n_rows, n_channels);
   });
   SS_CUDA_TRY_LAUNCH(ctx, "causal filter");
   *started = 1;
@@ -263,8 +259,8 @@ extern "C" ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend 
   const int max_m = (int)(MEDIAN_SMEM / sizeof(float));
   ss_status st = SS_OK;
   if (m > max_m)
-    st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "filter: common median over %d channels: the GPU version takes at most %d",
-                 m, max_m);
+    st = ss_fail(ctx, SS_ERR_UNSUPPORTED, "filter: common median over %d channels: the GPU version takes at most %d", m,
+                 max_m);
   if (m == 0 || st != SS_OK) { /* no used channel: nothing to subtract, as on the CPU */
     free(idx);
     return st;
@@ -280,7 +276,7 @@ extern "C" ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend 
     int warps = (int)(MEDIAN_SMEM / (sizeof(float) * (size_t)m));
     if (warps > MEDIAN_WARPS) warps = MEDIAN_WARPS;
     k_median<<<blocks_for(n_rows, warps), warps * WARP, sizeof(float) * (size_t)warps * m, s>>>(d_x, n_rows, n_channels,
-                                                                                                 d_idx, m);
+                                                                                                d_idx, m);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) st = ss_fail(ctx, SS_ERR_DEVICE, "CUDA: common median: %s", cudaGetErrorString(e));
   }
@@ -303,7 +299,7 @@ ss_status download_sync(ss_ctx *ctx, void *h, const void *d, size_t bytes, cudaS
   return SS_OK;
 }
 
-}  // namespace
+} // namespace
 
 extern "C" ss_status ss_filter_zero_phase_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss_filter *f,
                                                     const float *in, int64_t n_rows, int n_channels, float *out) {

@@ -49,24 +49,24 @@ int64_t ss_filter_settle_samples(const ss_filter *f, double factor);
 
 /* Zero-phase filtering of n_rows × n_channels samples (in may equal out). Each pass starts from the
  * steady state of its first input sample, so a DC offset causes no transient. */
-ss_status ss_filter_zero_phase(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *in,
-                               int64_t n_rows, int n_channels, float *out);
-ss_status ss_filter_zero_phase_cpu(ss_ctx *ctx, const ss_filter *f, const float *in, int64_t n_rows,
-                                   int n_channels, float *out);
+ss_status ss_filter_zero_phase(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *in, int64_t n_rows,
+                               int n_channels, float *out);
+ss_status ss_filter_zero_phase_cpu(ss_ctx *ctx, const ss_filter *f, const float *in, int64_t n_rows, int n_channels,
+                                   float *out);
 
 /* Causal filtering with state carried between calls (live mode). */
 typedef struct {
   int n_channels;
-  int started;  /* 0 until the first sample: the state is then set to its steady state */
-  double *z;    /* [n_sections][2][n_channels] */
+  int started; /* 0 until the first sample: the state is then set to its steady state */
+  double *z;   /* [n_sections][2][n_channels] */
 } ss_filter_state;
 
 ss_status ss_filter_state_init(ss_ctx *ctx, const ss_filter *f, int n_channels, ss_filter_state *st);
 void ss_filter_state_free(ss_filter_state *st);
-ss_status ss_filter_causal(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st,
-                           const float *in, int64_t n_rows, float *out);
-ss_status ss_filter_causal_cpu(ss_ctx *ctx, const ss_filter *f, ss_filter_state *st, const float *in,
-                               int64_t n_rows, float *out);
+ss_status ss_filter_causal(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st, const float *in,
+                           int64_t n_rows, float *out);
+ss_status ss_filter_causal_cpu(ss_ctx *ctx, const ss_filter *f, ss_filter_state *st, const float *in, int64_t n_rows,
+                               float *out);
 
 /* Common median reference: subtract from every channel, at each sample, the median over the
  * channels with use[c] != 0 (NULL: all). Channels not used are left unchanged. */
@@ -87,8 +87,8 @@ ss_status ss_filter_zero_phase_cuda(ss_ctx *ctx, const ss_backend *be, const ss_
 ss_status ss_filter_forward_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, const float *d_in,
                                  int64_t n_rows, int n_channels, float *d_out, ss_stream stream);
 /* Common median reference in place; use is a HOST array (NULL = all channels). */
-ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend *be, float *d_x, int64_t n_rows,
-                                       int n_channels, const int *use, ss_stream stream);
+ss_status ss_filter_common_median_cuda(ss_ctx *ctx, const ss_backend *be, float *d_x, int64_t n_rows, int n_channels,
+                                       const int *use, ss_stream stream);
 /* Causal filter (live mode): the state lives on the device, d_state: [n_sections][2][n_channels]
  * doubles (the layout of ss_filter_state.z); *started as in ss_filter_state (host). */
 ss_status ss_filter_causal_cuda(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, double *d_state, int *started,
@@ -99,8 +99,8 @@ ss_status ss_filter_zero_phase_cuda_host(ss_ctx *ctx, const ss_backend *be, cons
                                          int64_t n_rows, int n_channels, float *out);
 ss_status ss_filter_causal_cuda_host(ss_ctx *ctx, const ss_backend *be, const ss_filter *f, ss_filter_state *st,
                                      const float *in, int64_t n_rows, float *out);
-ss_status ss_filter_common_median_cuda_host(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows,
-                                            int n_channels, const int *use);
+ss_status ss_filter_common_median_cuda_host(ss_ctx *ctx, const ss_backend *be, float *x, int64_t n_rows, int n_channels,
+                                            const int *use);
 
 #ifdef __cplusplus
 }

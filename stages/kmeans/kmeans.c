@@ -323,8 +323,8 @@ static ss_status cpu_update(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_p
   return SS_OK;
 }
 
-ss_status ss_kmeans_cpu_lloyd(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb,
-                              const float *init_c, ss_kmeans_result *res) {
+ss_status ss_kmeans_cpu_lloyd(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb, const float *init_c,
+                              ss_kmeans_result *res) {
   int64_t n = pb->n, k = pb->k, d = pb->d;
   float *dist, *cnorm;
   SS_TRY(SS_ALLOC(ctx, dist, (size_t)n, "k-means distances"));
@@ -357,8 +357,8 @@ ss_status ss_kmeans_cpu_lloyd(ss_ctx *ctx, const ss_backend *be, const ss_kmeans
   return st;
 }
 
-ss_status ss_kmeans_cpu_assign(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb,
-                               const float *centroids_c, int32_t *labels, float *dist) {
+ss_status ss_kmeans_cpu_assign(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb, const float *centroids_c,
+                               int32_t *labels, float *dist) {
   float *cnorm;
   SS_TRY(SS_ALLOC(ctx, cnorm, (size_t)pb->k, "k-means centroid norms"));
   centroid_norms(centroids_c, pb->k, pb->d, cnorm);
@@ -389,8 +389,8 @@ static ss_status random_init(ss_ctx *ctx, const ss_kmeans_problem *pb, uint64_t 
 }
 
 /* Starting centroids, centred. With CUDA, k-means++ runs on the device problem g. */
-static ss_status init_centred(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb,
-                              const ss_kmeans_opts *o, ss_kmeans_gpu *g, float *centroids_c) {
+static ss_status init_centred(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb, const ss_kmeans_opts *o,
+                              ss_kmeans_gpu *g, float *centroids_c) {
   int64_t kd = pb->k * pb->d;
   if (o->init_centroids) {
     SS_TRY(check_finite(ctx, "initial centroids", o->init_centroids, pb->k, pb->d));
@@ -441,8 +441,9 @@ ss_status ss_kmeans_fit(ss_ctx *ctx, const ss_backend *be, const float *x, int64
   double t0 = ss_now();
   ss_status st = run(ctx, be, &pb, o, NULL, res);
   if (st == SS_OK)
-    ss_log_info(ctx, "kmeans: %" PRId64 " points, d = %" PRId64 ", k = %" PRId64 " on %s: %" PRId64
-                     " iterations (%s), inertia %.9g, %.3f s",
+    ss_log_info(ctx,
+                "kmeans: %" PRId64 " points, d = %" PRId64 ", k = %" PRId64 " on %s: %" PRId64
+                " iterations (%s), inertia %.9g, %.3f s",
                 n, d, o->k, ss_device_kind_name(be->kind), res->n_iterations,
                 res->converged ? "converged" : "iteration cap", res->final_inertia, ss_now() - t0);
   ss_kmeans_problem_free(&pb);

@@ -39,7 +39,7 @@ constexpr int ASSIGN_THREADS = ASSIGN_NTY * ASSIGN_NTX;
 constexpr int ASSIGN_BP = ASSIGN_TP * ASSIGN_NTY;
 constexpr int ASSIGN_BC = ASSIGN_TC * ASSIGN_NTX;
 constexpr int ASSIGN_BD = 32;
-constexpr int ASSIGN_PAD = 4; /* keeps rows 16-byte aligned for float4 reads */
+constexpr int ASSIGN_PAD = 4;        /* keeps rows 16-byte aligned for float4 reads */
 constexpr int ASSIGN_MIN_BLOCKS = 3; /* launch bounds: registers for 3 blocks of 128 threads per SM */
 constexpr int ASSIGN_WARPS = ASSIGN_THREADS / 32;
 static_assert(ASSIGN_BP <= ASSIGN_THREADS, "the assign tail gives each point of a block one thread");
@@ -58,15 +58,15 @@ constexpr int64_t UPDATE_MIN_POINTS = 256; /* fewer points per block only adds p
 constexpr int UPDATE_BLOCKS_PER_SM = 4;
 constexpr int64_t UPDATE_MAX_SLICE = (int64_t)1 << 30; /* points × slice per block: 32-bit indexing */
 constexpr int FILL_THREADS = 256;
-constexpr int RF_THREADS = 512;  /* update: one block per cluster */
-constexpr int RF_MAX_D = 1024;   /* update: centroid rows up to this width are staged for ‖c‖² */
+constexpr int RF_THREADS = 512;                /* update: one block per cluster */
+constexpr int RF_MAX_D = 1024;                 /* update: centroid rows up to this width are staged for ‖c‖² */
 constexpr int PP_THREADS = SS_KMEANS_PP_BLOCK; /* one k-means++ block per CUDA block */
 constexpr int PP_BD = 32;
 constexpr int SS_KM_GRAPH_PASSES = 16;
 constexpr int KM_PHASES = 3; /* profile: assign (+ sums when fused), partial, update */
 
 struct km_state {
-  int it;        /* current pass */
+  int it; /* current pass */
   int done;
   int converged;
   int n_updates;
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(ASSIGN_THREADS, ASSIGN_MIN_BLOCKS) assign_kern
     int k0 = 0;
     for (; k - k0 > ASSIGN_BC / 2; k0 += ASSIGN_BC) score_tile<ASSIGN_TC>(a, p0, k0, xs, cs, best, arg);
     if (k0 < k) score_tile<ASSIGN_TC / 2>(a, p0, k0, xs, cs, best, arg);
-    /* the ASSIGN_NTX lanes of a point group hold disjoint centroid subsets: (score, index) minimum */
+      /* the ASSIGN_NTX lanes of a point group hold disjoint centroid subsets: (score, index) minimum */
 #pragma unroll
     for (int off = ASSIGN_NTX / 2; off > 0; off >>= 1)
 #pragma unroll
@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(UPDATE_THREADS) partial_kernel(km_dev a) {
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) atomicAdd(&scnt[a.labels[i]], 1u);
   __syncthreads();
   for (int e = threadIdx.x; e < k * w; e += blockDim.x)
-    a.psum[((int64_t)blockIdx.x * k + e / w) * d + j0 + e % w] =
-        ((unsigned long long)(long long)shi[e] << 32) + (unsigned long long)slo[e];
+    a.psum[((int64_t)blockIdx.x * k + e / w) * d + j0 + e % w] = ((unsigned long long)(long long)shi[e] << 32) +
+                                                                 (unsigned long long)slo[e];
   if (counts)
     for (int c = threadIdx.x; c < k; c += blockDim.x) a.pcount[(int64_t)blockIdx.x * k + c] = scnt[c];
 }
@@ -377,8 +377,8 @@ __device__ void finish_centroid(const km_dev &a, int c, long long count, float *
 }
 
 /* The last update block: inertia, stop, reseeding (then every centroid again), next pass. */
-__device__ void finish_pass(const km_dev &a, int it, bool stop, bool converged, double *s_d, float *s_f,
-                            long long *s_l, float *row) {
+__device__ void finish_pass(const km_dev &a, int it, bool stop, bool converged, double *s_d, float *s_f, long long *s_l,
+                            float *row) {
   double in = 0.0;
   for (int b = threadIdx.x; b < a.na; b += RF_THREADS) in += a.blk_inertia[b];
   in = block_sum(in, s_d);
@@ -455,9 +455,8 @@ __global__ void fill_kernel(float *p, int64_t n, float v) {
 }
 
 /* D² against the previous centroid (the ss_km_sqdist chain) and the block's tree sum. */
-__global__ void __launch_bounds__(PP_THREADS) pp_update_kernel(const float *x, const float *shift,
-                                                               const float *prev, int64_t n, int d, float *d2,
-                                                               double *bsum) {
+__global__ void __launch_bounds__(PP_THREADS)
+    pp_update_kernel(const float *x, const float *shift, const float *prev, int64_t n, int d, float *d2, double *bsum) {
   __shared__ float xs[PP_THREADS][PP_BD + 1];
   __shared__ double red[PP_THREADS];
   const int tid = threadIdx.x;
@@ -498,8 +497,7 @@ __global__ void pp_select_kernel(const double *bsum, int64_t nb, const float *d2
     pick = c == 0 ? (int64_t)ss_rng_below(key, 0, (uint64_t)n)
                   : ss_km_pp_select(bsum, nb, d2, n, ss_rng_uniform(key, (uint64_t)c));
   __syncthreads();
-  for (int j = threadIdx.x; j < d; j += blockDim.x)
-    cent[(int64_t)c * d + j] = ss_km_centred(x[pick * d + j], shift[j]);
+  for (int j = threadIdx.x; j < d; j += blockDim.x) cent[(int64_t)c * d + j] = ss_km_centred(x[pick * d + j], shift[j]);
 }
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -537,7 +535,8 @@ template <bool FUSED>
 static ss_status assign_grid(ss_ctx *ctx, const ss_kmeans_gpu *g, size_t smem, int *grid) {
   int per_sm = 0;
   if (smem > 0)
-    SS_CUDA_TRY(ctx, cudaFuncSetAttribute(assign_kernel<FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    SS_CUDA_TRY(ctx,
+                cudaFuncSetAttribute(assign_kernel<FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   SS_CUDA_TRY(ctx, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, assign_kernel<FUSED>, ASSIGN_THREADS, smem));
   if (per_sm < 1) per_sm = 1;
   const int64_t tiles = cdiv(g->n, ASSIGN_BP), slots = (int64_t)g->be->gpu.sm_count * per_sm;
@@ -608,8 +607,7 @@ extern "C" ss_status ss_kmeans_gpu_pp(ss_ctx *ctx, ss_kmeans_gpu *g, uint64_t se
   pp_select_kernel<<<1, PP_THREADS, 0, s>>>(g->bsum, nb, g->d2, n, key, 0, g->x, g->shift, d, g->cent);
   SS_CUDA_TRY_LAUNCH(ctx, "k-means++ first pick");
   for (int64_t c = 1; c < g->k; c++) {
-    pp_update_kernel<<<(unsigned)nb, PP_THREADS, 0, s>>>(g->x, g->shift, g->cent.p + (c - 1) * d, n, d, g->d2,
-                                                         g->bsum);
+    pp_update_kernel<<<(unsigned)nb, PP_THREADS, 0, s>>>(g->x, g->shift, g->cent.p + (c - 1) * d, n, d, g->d2, g->bsum);
     pp_select_kernel<<<1, PP_THREADS, 0, s>>>(g->bsum, nb, g->d2, n, key, (int)c, g->x, g->shift, d, g->cent);
     SS_CUDA_TRY_LAUNCH(ctx, "k-means++");
   }
@@ -664,10 +662,8 @@ static ss_status update_layout(ss_ctx *ctx, ss_kmeans_gpu *g, km_dev *a) {
 /* The kernels of one pass; with events, a timestamp before each and after the last (profile). */
 static void launch_pass(const ss_kmeans_gpu *g, const km_dev &a, cudaStream_t s, cudaEvent_t *ev) {
   if (ev) cudaEventRecord(ev[0], s);
-  if (g->fused)
-    assign_kernel<true><<<(unsigned)a.na, ASSIGN_THREADS, g->fused_smem, s>>>(a);
-  else
-    assign_kernel<false><<<(unsigned)a.na, ASSIGN_THREADS, 0, s>>>(a);
+  if (g->fused) assign_kernel<true><<<(unsigned)a.na, ASSIGN_THREADS, g->fused_smem, s>>>(a);
+  else assign_kernel<false><<<(unsigned)a.na, ASSIGN_THREADS, 0, s>>>(a);
   if (ev) cudaEventRecord(ev[1], s);
   if (!g->fused) partial_kernel<<<g->ugrid, UPDATE_THREADS, g->smem, s>>>(a);
   if (ev) cudaEventRecord(ev[2], s);
@@ -676,8 +672,8 @@ static void launch_pass(const ss_kmeans_gpu *g, const km_dev &a, cudaStream_t s,
 }
 
 /* Record `passes` Lloyd passes into a graph. */
-static ss_status capture_passes(ss_ctx *ctx, const ss_kmeans_gpu *g, const km_dev &a, int passes,
-                                cudaGraphExec_t *exec, cudaStream_t s) {
+static ss_status capture_passes(ss_ctx *ctx, const ss_kmeans_gpu *g, const km_dev &a, int passes, cudaGraphExec_t *exec,
+                                cudaStream_t s) {
   SS_CUDA_TRY(ctx, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   for (int p = 0; p < passes; p++) launch_pass(g, a, s, nullptr);
   cudaGraph_t graph;
@@ -733,7 +729,8 @@ extern "C" ss_status ss_kmeans_gpu_lloyd(ss_ctx *ctx, ss_kmeans_gpu *g, const fl
   res->n_reseeded = hs.reseeded;
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(res->labels, g->labels.p, sizeof(int32_t) * g->n, cudaMemcpyDeviceToHost, s));
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(res->centroids, g->cent.p, sizeof(float) * g->k * g->d, cudaMemcpyDeviceToHost, s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(res->inertia, g->hist.p, sizeof(double) * (hs.n_updates + 1), cudaMemcpyDeviceToHost, s));
+  SS_CUDA_TRY(ctx,
+              cudaMemcpyAsync(res->inertia, g->hist.p, sizeof(double) * (hs.n_updates + 1), cudaMemcpyDeviceToHost, s));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(s));
   res->final_inertia = res->inertia[hs.n_updates];
   for (int64_t it = 0; it <= hs.n_updates; it++)

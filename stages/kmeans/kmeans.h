@@ -70,8 +70,8 @@ ss_status ss_kmeans_assign(ss_ctx *ctx, const ss_backend *be, const float *centr
 /* Overlapping patch × patch × c patches of an h × w × c image (row-major, channel last), one row per
  * top-left corner in row-major order: (h − patch + 1)(w − patch + 1) rows of patch·patch·c values
  * ordered (row, column, channel). *out is malloc'd. */
-ss_status ss_kmeans_patches(ss_ctx *ctx, const float *img, int64_t h, int64_t w, int64_t c, int64_t patch,
-                            float **out, int64_t *n_out, int64_t *d_out);
+ss_status ss_kmeans_patches(ss_ctx *ctx, const float *img, int64_t h, int64_t w, int64_t c, int64_t patch, float **out,
+                            int64_t *n_out, int64_t *d_out);
 /* Read an image as h × w × c float: binary PPM (P6, maxval ≤ 255, values kept in 0..255) or a .npy
  * array h × w × c (or h × w) of any numeric dtype. No compressed formats: convert them first. */
 ss_status ss_kmeans_image_read(ss_ctx *ctx, const char *path, float **img, int64_t *h, int64_t *w, int64_t *c);
@@ -96,10 +96,10 @@ void ss_kmeans_problem_free(ss_kmeans_problem *pb);
 /* CPU backend. Centroids here are centred (data coordinates minus the shift). */
 ss_status ss_kmeans_cpu_pp(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb, uint64_t seed,
                            float *centroids_c);
-ss_status ss_kmeans_cpu_lloyd(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb,
-                              const float *init_c, ss_kmeans_result *res);
-ss_status ss_kmeans_cpu_assign(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb,
-                               const float *centroids_c, int32_t *labels, float *dist);
+ss_status ss_kmeans_cpu_lloyd(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb, const float *init_c,
+                              ss_kmeans_result *res);
+ss_status ss_kmeans_cpu_assign(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_problem *pb, const float *centroids_c,
+                               int32_t *labels, float *dist);
 
 /* CUDA backend: a device-resident problem (points uploaded once). */
 typedef struct ss_kmeans_gpu ss_kmeans_gpu;
@@ -107,19 +107,18 @@ ss_status ss_kmeans_gpu_open(ss_ctx *ctx, const ss_backend *be, const ss_kmeans_
 ss_status ss_kmeans_gpu_pp(ss_ctx *ctx, ss_kmeans_gpu *g, uint64_t seed, float *centroids_c);
 /* Lloyd from init_c (host, centred); fills res (centroids centred; the caller adds the shift). */
 ss_status ss_kmeans_gpu_lloyd(ss_ctx *ctx, ss_kmeans_gpu *g, const float *init_c, ss_kmeans_result *res);
-ss_status ss_kmeans_gpu_assign(ss_ctx *ctx, ss_kmeans_gpu *g, const float *centroids_c, int32_t *labels,
-                               float *dist);
+ss_status ss_kmeans_gpu_assign(ss_ctx *ctx, ss_kmeans_gpu *g, const float *centroids_c, int32_t *labels, float *dist);
 void ss_kmeans_gpu_close(ss_kmeans_gpu *g);
 /* Where a pass's time goes: the Lloyd run from init_c launched kernel by kernel between CUDA
  * events (so slightly slower than the graph), mean milliseconds per pass of each kernel. */
 typedef struct {
   int64_t passes;
-  int fused;              /* 1: the assignment kernel also forms the partial sums */
-  int64_t assign_blocks;  /* persistent assignment blocks */
-  int64_t partial_rows;   /* partial sums per cluster that the update kernel adds */
-  double assign_ms;       /* assignment (and, when fused, the partial sums) */
-  double partial_ms;      /* separate partial-sum kernel (0 when fused) */
-  double update_ms;       /* reduction, division, ‖c‖², convergence test, reseeding */
+  int fused;             /* 1: the assignment kernel also forms the partial sums */
+  int64_t assign_blocks; /* persistent assignment blocks */
+  int64_t partial_rows;  /* partial sums per cluster that the update kernel adds */
+  double assign_ms;      /* assignment (and, when fused, the partial sums) */
+  double partial_ms;     /* separate partial-sum kernel (0 when fused) */
+  double update_ms;      /* reduction, division, ‖c‖², convergence test, reseeding */
 } ss_kmeans_pass_profile;
 ss_status ss_kmeans_gpu_profile(ss_ctx *ctx, ss_kmeans_gpu *g, const float *init_c, ss_kmeans_pass_profile *prof);
 

@@ -15,8 +15,8 @@
 #define PPM_MAX_SIDE 65536
 #define IMAGE_MAX_CHANNELS 4
 
-ss_status ss_kmeans_patches(ss_ctx *ctx, const float *img, int64_t h, int64_t w, int64_t c, int64_t patch,
-                            float **out, int64_t *n_out, int64_t *d_out) {
+ss_status ss_kmeans_patches(ss_ctx *ctx, const float *img, int64_t h, int64_t w, int64_t c, int64_t patch, float **out,
+                            int64_t *n_out, int64_t *d_out) {
   *out = NULL;
   if (patch < 1 || patch > h || patch > w)
     return ss_fail(ctx, SS_ERR_INPUT, "kmeans: patch size %" PRId64 " does not fit a %" PRId64 " x %" PRId64 " image",
@@ -43,8 +43,7 @@ static int ppm_int(FILE *f, long *v) {
     ch = fgetc(f);
     if (ch == '#')
       while (ch != '\n' && ch != EOF) ch = fgetc(f);
-    else if (!isspace(ch))
-      break;
+    else if (!isspace(ch)) break;
   }
   if (ch == EOF || !isdigit(ch)) return 0;
   *v = 0;
@@ -112,5 +111,6 @@ ss_status ss_kmeans_image_read(ss_ctx *ctx, const char *path, float **img, int64
     return ppm_read(ctx, path, img, h, w, c);
   return ss_fail(ctx, SS_ERR_INPUT,
                  "%s: unsupported image format: give a binary PPM (.ppm, P6) or a .npy H x W x C array "
-                 "(no image library is built in: convert PNG/JPEG first)", path);
+                 "(no image library is built in: convert PNG/JPEG first)",
+                 path);
 }

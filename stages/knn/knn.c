@@ -145,8 +145,7 @@ void ss_knn_index_free(ss_knn_index *ix) {
 
 /* ---- CPU search ------------------------------------------------------------------------------- */
 
-void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx,
-                       double *dist) {
+void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx, double *dist) {
   knn_item stack_heap[64];
   knn_item *h = k <= 64 ? stack_heap : malloc(sizeof(knn_item) * (size_t)k);
   int64_t size = 0;
@@ -162,8 +161,8 @@ void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, i
 
 /* Exact re-rank of kc candidates sorted by approximate distance; writes the first k and returns 1
  * when the certificate holds (no reference outside the candidates can be among the first k). */
-static int rerank_certify(const ss_knn_index *ix, const float *q, double q_norm, knn_item *cand, int64_t kc,
-                          int64_t k, int64_t *idx, double *dist) {
+static int rerank_certify(const ss_knn_index *ix, const float *q, double q_norm, knn_item *cand, int64_t kc, int64_t k,
+                          int64_t *idx, double *dist) {
   double approx_last = cand[kc - 1].v;
   for (int64_t c = 0; c < kc; c++) cand[c].v = ss_knn_exact_dist(q, ix->ref + cand[c].i * ix->d, ix->d);
   items_sort(cand, kc);
@@ -206,7 +205,8 @@ static int64_t cpu_query_block(const ss_knn_index *ix, const float *query, int64
     knn_item *cand = heaps + b * kc;
     int64_t qi = q0 + b;
     items_sort(cand, kc);
-    if (!rerank_certify(ix, query + qi * d, sqrt((double)qn[b]), cand, kc, k, idx + qi * k, dist ? dist + qi * k : NULL)) {
+    if (!rerank_certify(ix, query + qi * d, sqrt((double)qn[b]), cand, kc, k, idx + qi * k,
+                        dist ? dist + qi * k : NULL)) {
       ss_knn_exact_scan(ix->ref, n, d, query + qi * d, k, idx + qi * k, dist ? dist + qi * k : NULL);
       fallbacks++;
     }
@@ -219,8 +219,7 @@ ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
   int64_t k = o->k, kc = ss_knn_candidates(k, ix->n), d = ix->d;
   int64_t n_blocks = (m + KNN_CPU_QUERY_BLOCK - 1) / KNN_CPU_QUERY_BLOCK, fallbacks = 0;
   int threads = ss_threads_resolve(ix->be->n_threads), failed = 0;
-  SS_OMP(omp parallel num_threads(threads) reduction(+ : fallbacks) reduction(| : failed))
-  {
+  SS_OMP(omp parallel num_threads(threads) reduction(+ : fallbacks) reduction(| : failed)) {
     knn_item *heaps = malloc(sizeof(knn_item) * (size_t)(KNN_CPU_QUERY_BLOCK * kc));
     float *qc = malloc(sizeof(float) * (size_t)(KNN_CPU_QUERY_BLOCK * d));
     if (!heaps || !qc) failed = 1;
@@ -234,8 +233,8 @@ ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
     free(qc);
   }
   (void)threads;
-  if (failed) return ss_fail(ctx, SS_ERR_NOMEM, "knn: out of memory for the per-thread candidate heaps (k = %lld)",
-                             (long long)k);
+  if (failed)
+    return ss_fail(ctx, SS_ERR_NOMEM, "knn: out of memory for the per-thread candidate heaps (k = %lld)", (long long)k);
   if (stats) {
     stats->candidates = kc;
     stats->fallbacks = fallbacks;
@@ -301,8 +300,8 @@ static void row_merge(int64_t *row_idx, double *row_dist, int64_t k, const knn_i
 }
 
 /* Neighbours among earlier queries of earlier blocks: a search against those queries. */
-static ss_status merge_previous_blocks(ss_ctx *ctx, const ss_knn_index *ix, const ss_knn_opts *o,
-                                       const float *query, int64_t s, int64_t e, int64_t *idx, double *dist) {
+static ss_status merge_previous_blocks(ss_ctx *ctx, const ss_knn_index *ix, const ss_knn_opts *o, const float *query,
+                                       int64_t s, int64_t e, int64_t *idx, double *dist) {
   int64_t k = o->k, d = ix->d, nb = e - s;
   ss_knn_opts po = *o;
   po.k = k < s ? k : s;
@@ -334,8 +333,7 @@ static ss_status merge_previous_blocks(ss_ctx *ctx, const ss_knn_index *ix, cons
 static ss_status merge_within_block(ss_ctx *ctx, const ss_knn_index *ix, int64_t k, const float *query, int64_t s,
                                     int64_t e, int64_t *idx, double *dist) {
   int64_t d = ix->d, nb = e - s, failed = 0;
-  SS_OMP(omp parallel reduction(| : failed))
-  {
+  SS_OMP(omp parallel reduction(| : failed)) {
     knn_item *extra = malloc(sizeof(knn_item) * (size_t)(nb + k));
     if (!extra) failed = 1;
     SS_OMP(omp for schedule(dynamic, 16))
@@ -356,8 +354,8 @@ static ss_status merge_within_block(ss_ctx *ctx, const ss_knn_index *ix, int64_t
 }
 
 ss_status ss_knn_classify(ss_ctx *ctx, ss_knn_index *ix, const int32_t *ref_labels, const ss_knn_opts *o,
-                          const float *query, int64_t m, int incremental, int32_t *labels, int64_t *idx,
-                          double *dist, ss_knn_stats *stats) {
+                          const float *query, int64_t m, int incremental, int32_t *labels, int64_t *idx, double *dist,
+                          ss_knn_stats *stats) {
   int64_t k = o->k;
   int64_t *I = idx;
   double *D = dist;
@@ -389,10 +387,9 @@ ss_status ss_knn_classify(ss_ctx *ctx, ss_knn_index *ix, const int32_t *ref_labe
 
 /* ---- cross-validation ------------------------------------------------------------------------- */
 
-static ss_status cv_fold(ss_ctx *ctx, const ss_backend *be, const ss_knn_opts *o, const float *x,
-                         const int32_t *labels, int64_t n, int64_t d, const int64_t *fold_of, int64_t f,
-                         float *train, int32_t *train_lab, float *test, int32_t *test_lab, int32_t *pred,
-                         int64_t *correct) {
+static ss_status cv_fold(ss_ctx *ctx, const ss_backend *be, const ss_knn_opts *o, const float *x, const int32_t *labels,
+                         int64_t n, int64_t d, const int64_t *fold_of, int64_t f, float *train, int32_t *train_lab,
+                         float *test, int32_t *test_lab, int32_t *pred, int64_t *correct) {
   int64_t nt = 0, ne = 0;
   for (int64_t i = 0; i < n; i++) {
     if (fold_of[i] == f) {

@@ -23,7 +23,7 @@ namespace {
  * mean), the fused path's lists overflow into exact scans and the tiled path wins. */
 constexpr int64_t kFusedAutoMaxRefs = 65536;
 constexpr int kPathCalibRepeats = 3; /* timed runs per path after the warm-ups; the fastest counts */
-constexpr int kPathCalibWarmups = 2;  /* a plain call (work buffers), then the graph capture */
+constexpr int kPathCalibWarmups = 2; /* a plain call (work buffers), then the graph capture */
 
 path_choice path_class(const ss_knn_index *ix, int64_t m, int64_t Kc) {
   return path_choice{log2_floor(ix->n), log2_floor(next_pow2(ix->d)), log2_floor(next_pow2(m)),
@@ -56,8 +56,10 @@ int choose_path(const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t
 ss_status check_opts(ss_ctx *ctx, const ss_knn_index *ix, const ss_knn_opts *o, int64_t m, int64_t *Kc) {
   *Kc = ss_knn_candidates(o->k, ix->n);
   if (*Kc > SS_KNN_GPU_MAX_CANDIDATES)
-    return ss_fail(ctx, SS_ERR_UNSUPPORTED, "knn: k = %lld needs %lld candidates per query, more than the GPU limit "
-                   "of %d (use --device cpu)", (long long)o->k, (long long)*Kc, SS_KNN_GPU_MAX_CANDIDATES);
+    return ss_fail(ctx, SS_ERR_UNSUPPORTED,
+                   "knn: k = %lld needs %lld candidates per query, more than the GPU limit "
+                   "of %d (use --device cpu)",
+                   (long long)o->k, (long long)*Kc, SS_KNN_GPU_MAX_CANDIDATES);
   if (o->query_tile < 1 || o->ref_tile < 1)
     return ss_fail(ctx, SS_ERR_INPUT, "knn: query_tile and ref_tile must be >= 1, got %lld and %lld",
                    (long long)o->query_tile, (long long)o->ref_tile);
@@ -77,16 +79,15 @@ ss_status download(ss_ctx *ctx, cudaStream_t s, const knn_dev *dv, int64_t m, in
     return ss_fail(ctx, SS_ERR_NOMEM, "knn: out of host memory for %lld neighbour indices", (long long)mk);
   }
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(tmp.data(), dv->out_i.p, (size_t)mk * sizeof(int), cudaMemcpyDeviceToHost, s));
-  if (dist) SS_CUDA_TRY(ctx, cudaMemcpyAsync(dist, dv->out_d.p, (size_t)mk * sizeof(double), cudaMemcpyDeviceToHost, s));
+  if (dist)
+    SS_CUDA_TRY(ctx, cudaMemcpyAsync(dist, dv->out_d.p, (size_t)mk * sizeof(double), cudaMemcpyDeviceToHost, s));
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(cert, dv->cert.p, (size_t)m, cudaMemcpyDeviceToHost, s));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(s));
   for (int64_t i = 0; i < mk; i++) idx[i] = tmp[(size_t)i];
   return SS_OK;
 }
 
-const char *path_name(int path) {
-  return path == SS_KNN_PATH_FUSED ? "fused" : "tiled";
-}
+const char *path_name(int path) { return path == SS_KNN_PATH_FUSED ? "fused" : "tiled"; }
 
 /* The fused path: k_fused_small alone where fused_small_applies, beyond it the filter path; both are replayed as a
  * CUDA graph on repeated calls (graph_run). */
@@ -143,15 +144,16 @@ ss_status calibrate_path(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, co
   path_choice c = path_class(ix, m, Kc);
   c.path = paths[best];
   *path = c.path;
-  ss_log_info(ctx, "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (fused %.3f ms, "
-              "tiled %.3f ms)", ss_cuda_of(ix->be)->device, c.n_class, c.d_class, c.m_class, Kc, path_name(c.path),
-              ms[0], ms[1]);
+  ss_log_info(ctx,
+              "knn: auto path on GPU %d for n ~ 2^%d, d <= 2^%d, m <= 2^%d, %d candidates: %s (fused %.3f ms, "
+              "tiled %.3f ms)",
+              ss_cuda_of(ix->be)->device, c.n_class, c.d_class, c.m_class, Kc, path_name(c.path), ms[0], ms[1]);
   if (dv->n_paths < kPathSlots) dv->paths[dv->n_paths++] = c;
   return SS_OK;
 }
 
-}  // namespace
-}  // namespace knn_cuda
+} // namespace
+} // namespace knn_cuda
 
 using namespace knn_cuda;
 
@@ -202,9 +204,9 @@ extern "C" ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_
   return download(ctx, s, dv, m, o->k, idx, dist, certified);
 }
 
-extern "C" ss_status ss_knn_cuda_time_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
-                                            const float *d_query, int64_t m, int32_t *d_idx, double *d_dist,
-                                            uint8_t *d_certified, int repeats, double *median_s, ss_knn_stats *stats) {
+extern "C" ss_status ss_knn_cuda_time_device(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *d_query,
+                                             int64_t m, int32_t *d_idx, double *d_dist, uint8_t *d_certified,
+                                             int repeats, double *median_s, ss_knn_stats *stats) {
   knn_dev *dv = (knn_dev *)ix->cuda;
   cudaStream_t s = ss_cuda_stream(ix->be);
   std::vector<float> ms;

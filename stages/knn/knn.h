@@ -135,12 +135,12 @@ typedef struct {
 #define SS_KNN_GEMM_ONLY_GRAPH 2
 
 typedef struct {
-  int64_t candidates;  /* K' per query */
-  int64_t fallbacks;   /* queries answered by the exact full scan (no certificate) */
-  int strategy;        /* the GPU k-selection that ran (SS_KNN_WARP); SS_KNN_AUTO on the CPU */
-  int path;            /* the GPU path that ran (ss_knn_path, auto resolved) */
+  int64_t candidates;           /* K' per query */
+  int64_t fallbacks;            /* queries answered by the exact full scan (no certificate) */
+  int strategy;                 /* the GPU k-selection that ran (SS_KNN_WARP); SS_KNN_AUTO on the CPU */
+  int path;                     /* the GPU path that ran (ss_knn_path, auto resolved) */
   int64_t query_tile, ref_tile; /* GPU tiles used */
-  int graph;           /* 1: the GPU search was launched as a CUDA graph (repeated one-tile searches) */
+  int graph;                    /* 1: the GPU search was launched as a CUDA graph (repeated one-tile searches) */
 } ss_knn_stats;
 
 /* A reference set prepared for searches. `ref` is borrowed: it must outlive the index. The fields
@@ -149,12 +149,12 @@ typedef struct {
 typedef struct ss_knn_index {
   const ss_backend *be;
   int64_t n, d;
-  const float *ref;   /* n × d, original coordinates (borrowed) */
-  float *mean;        /* d: the reference mean the candidates stage centres by */
-  float *ref_c;       /* CPU: n × d centred */
-  float *ref_norm;    /* CPU: n squared centred norms */
+  const float *ref;    /* n × d, original coordinates (borrowed) */
+  float *mean;         /* d: the reference mean the candidates stage centres by */
+  float *ref_c;        /* CPU: n × d centred */
+  float *ref_norm;     /* CPU: n squared centred norms */
   double ref_norm_max; /* max Euclidean centred norm */
-  void *cuda;         /* device state (stages/knn/knn_common.cuh knn_dev) */
+  void *cuda;          /* device state (stages/knn/knn_common.cuh knn_dev) */
 } ss_knn_index;
 
 void ss_knn_opts_from_params(ss_knn_opts *o, const ss_params *p);
@@ -178,8 +178,8 @@ int32_t ss_knn_vote(const int32_t *nb_labels, int64_t k);
  * n + j for query j, carrying its predicted label): the serial algorithm's answer, computed by a
  * bulk search plus blocks of SS_KNN_INCREMENTAL_BLOCK queries. */
 ss_status ss_knn_classify(ss_ctx *ctx, ss_knn_index *ix, const int32_t *ref_labels, const ss_knn_opts *o,
-                          const float *query, int64_t m, int incremental, int32_t *labels, int64_t *idx,
-                          double *dist, ss_knn_stats *stats);
+                          const float *query, int64_t m, int incremental, int32_t *labels, int64_t *idx, double *dist,
+                          ss_knn_stats *stats);
 
 /* k-fold cross-validated accuracy over labelled points (fold of point i: its position in a seeded
  * shuffle modulo `folds`). *correct counts the points predicted right. */
@@ -193,8 +193,7 @@ ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
                             int64_t *idx, double *dist, ss_knn_stats *stats);
 /* Exact full scan of one query (the fallback and the tests' yardstick): the first k references in
  * (ss_knn_exact_dist, index) order. */
-void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx,
-                       double *dist);
+void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx, double *dist);
 ss_status ss_knn_cuda_index_create(ss_ctx *ctx, ss_knn_index *ix);
 void ss_knn_cuda_index_free(ss_knn_index *ix);
 ss_status ss_knn_cuda_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, const float *query, int64_t m,

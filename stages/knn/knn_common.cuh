@@ -39,7 +39,7 @@ struct search_plan {
   int64_t Q, R;
   int Kc, k;
   int64_t part_chunks;
-  int64_t wchunk; /* warp queue: fewest references per chunk (ss_knn_opts.warp_chunk, else kWarpMinChunk) */
+  int64_t wchunk;  /* warp queue: fewest references per chunk (ss_knn_opts.warp_chunk, else kWarpMinChunk) */
   int64_t sfchunk; /* k_select_finish: references per warp (ss_knn_opts.warp_chunk, else kSfChunk) */
 };
 
@@ -80,8 +80,8 @@ struct knn_dev {
   float *ref_t = nullptr, *ref_tn = nullptr; /* the fused kernel's reference view (k_fused_refs), built on first use */
   float *samp_t = nullptr, *samp_tn = nullptr; /* the filter path's sample view (k_fused_refs), built on first use */
   ws_buf fl_qt, fl_qn, fl_tau, fl_cnt, fl_lv, fl_li; /* the filter path's queries, thresholds, sample rows, lists */
-  graph_cache graph, gemm_graph, fgraph; /* one-tile search; the benchmark's graph GEMM; fused */
-  bool plan_valid = false; /* the tiled path's last plan (its workspace is allocated) */
+  graph_cache graph, gemm_graph, fgraph;             /* one-tile search; the benchmark's graph GEMM; fused */
+  bool plan_valid = false;                           /* the tiled path's last plan (its workspace is allocated) */
   plan_key plan_key_ = {0, 0, 0, 0, 0};
   search_plan plan = {0, 0, 0, 0, 0, 0, 0};
   path_choice paths[kPathSlots] = {}; /* auto: the measured choices, first come first kept */
@@ -104,7 +104,7 @@ struct finish_args {
   const int *cand_i;
   int64_t n;
   int d, L, Kc, k;
-  int P1, Ps, P2;      /* candidate sort (>= L), exact sort (>= K'), exact buffer (>= Ps, scan size) */
+  int P1, Ps, P2; /* candidate sort (>= L), exact sort (>= K'), exact buffer (>= Ps, scan size) */
   double ref_norm_max;
   bool tc;             /* the values come from TF32 MMAs (the fused path): tc_error_bound, not ss_knn_error_bound */
   unsigned *reset_tau; /* may be NULL: shared thresholds set back to +inf for the next search (fused) */
@@ -154,8 +154,7 @@ inline bool same_key(const graph_key &a, const graph_key &b) { return !memcmp(&a
 
 /* Run `launch` on stream s through the cache's graph (see graph_cache); *graphed: it ran as a graph. */
 template <typename F>
-ss_status graph_run(ss_ctx *ctx, graph_cache &g, const graph_key &key, cudaStream_t s, F launch,
-                    bool *graphed) {
+ss_status graph_run(ss_ctx *ctx, graph_cache &g, const graph_key &key, cudaStream_t s, F launch, bool *graphed) {
   *graphed = false;
   if (!g.off && g.exec && same_key(key, g.key)) {
     SS_CUDA_TRY(ctx, cudaGraphLaunch(g.exec, s));
@@ -166,7 +165,7 @@ ss_status graph_run(ss_ctx *ctx, graph_cache &g, const graph_key &key, cudaStrea
   SS_CUDA_TRY(ctx, cudaStreamIsCapturing(s, &cs));
   bool capture = !g.off && cs == cudaStreamCaptureStatusNone && same_key(key, g.last);
   g.last = key;
-  if (!capture) return launch(); /* a caller capturing us gets plain launches in its own graph */
+  if (!capture) return launch();            /* a caller capturing us gets plain launches in its own graph */
   if (g.exec) cudaGraphExecDestroy(g.exec); /* an in-flight launch completes first */
   g.exec = nullptr;
   SS_CUDA_TRY(ctx, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -240,7 +239,6 @@ __device__ void bitonic_sort(V *sv, int *si, int P, int tid, int nthreads) {
       else __syncthreads();
     }
 }
-
 
 /* ---- 64-entry lists in registers: entry e = lane + kWarp h of a warp is (v[h], ix[h]) --------------
  * Bitonic compare-exchange stages by shuffles (partner lane ^ j; partner distance kWarp swaps a lane's
@@ -540,6 +538,6 @@ __device__ void finish_block_scans(const finish_args &a, int64_t q_first, const 
   }
 }
 
-}  // namespace
-}  // namespace knn_cuda
+} // namespace
+} // namespace knn_cuda
 #endif

@@ -52,8 +52,9 @@ static ss_status parse_header_line(ss_ctx *ctx, char *p, const char *path, int64
     if (q) *q++ = '\0';
   }
   if (n != KNN_CSV_FIELDS)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: line %" PRId64 ": expected the header " KNN_CSV_HEADER_NAMES
-                   " (four integers), got \"%s\"", path, line, shown);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: line %" PRId64 ": expected the header " KNN_CSV_HEADER_NAMES " (four integers), got \"%s\"",
+                   path, line, shown);
   for (int i = 0; i < KNN_CSV_FIELDS; i++) {
     if (ss_parse_size(ctx, field[i], header_min[i], header_max[i], &v[i]) != SS_OK) {
       ss_ctx_prefix(ctx, "%s: line %" PRId64 ": header: %s", path, line, header_names[i]);
@@ -91,15 +92,17 @@ static ss_status split_rows(ss_ctx *ctx, const char *path, const ss_matrix *m, c
     memcpy(t->x + i * d, m->data + i * (d + 1), sizeof(float) * (size_t)d);
     float c = m->data[i * (d + 1) + d];
     if (c != floorf(c) || c < -1.0f || c >= (float)h[2])
-      return ss_fail(ctx, SS_ERR_INPUT, "%s: row %" PRId64 ": class: expected -1 or an integer in [0, %" PRId64
-                     "), got %.9g", path, i + 1, h[2], c);
+      return ss_fail(ctx, SS_ERR_INPUT,
+                     "%s: row %" PRId64 ": class: expected -1 or an integer in [0, %" PRId64 "), got %.9g", path, i + 1,
+                     h[2], c);
     t->label[i] = (int32_t)c;
     if (c < 0) t->n_new++;
     else t->n_labelled++;
   }
   if (n != h[0] + h[1])
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: header: numels + newels = %" PRId64 " + %" PRId64 " rows, got %" PRId64
-                   " rows", path, h[0], h[1], n);
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: header: numels + newels = %" PRId64 " + %" PRId64 " rows, got %" PRId64 " rows", path, h[0],
+                   h[1], n);
   if (t->n_new != h[1])
     return ss_fail(ctx, SS_ERR_INPUT, "%s: header: newels = %" PRId64 " points to classify (class -1), got %" PRId64,
                    path, h[1], t->n_new);
@@ -125,8 +128,8 @@ ss_status ss_knn_csv_read(ss_ctx *ctx, const char *path, ss_knn_table *t) {
 }
 
 static int write_rows(FILE *f, const ss_knn_table *t) {
-  int ok = fprintf(f, "%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "\n", t->n_points - t->n_new, t->n_new,
-                   t->classes, t->dim) > 0;
+  int ok = fprintf(f, "%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "\n", t->n_points - t->n_new, t->n_new, t->classes,
+                   t->dim) > 0;
   for (int64_t i = 0; ok && i < t->n_points; i++) {
     for (int64_t j = 0; ok && j < t->dim; j++) ok = fprintf(f, "%.9g,", t->x[i * t->dim + j]) > 0;
     ok = ok && fprintf(f, "%d\n", t->label[i]) > 0;
@@ -155,9 +158,11 @@ ss_status ss_knn_generate(ss_ctx *ctx, int64_t n_train, int64_t n_new, int64_t c
   memset(t, 0, sizeof(*t));
   if (n_train < 1 || n_new < 0 || classes < 1 || dim < 1 || n_train > SS_KNN_MAX_POINTS || n_new > SS_KNN_MAX_POINTS ||
       classes > SS_KNN_MAX_CLASSES || dim > SS_KNN_MAX_DIM)
-    return ss_fail(ctx, SS_ERR_USAGE, "knn: --generate: expected N_TRAIN in [1, %lld], N_NEW in [0, %lld], CLASSES in "
-                   "[1, %lld], DIM in [1, %lld], got %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64, SS_KNN_MAX_POINTS,
-                   SS_KNN_MAX_POINTS, SS_KNN_MAX_CLASSES, SS_KNN_MAX_DIM, n_train, n_new, classes, dim);
+    return ss_fail(ctx, SS_ERR_USAGE,
+                   "knn: --generate: expected N_TRAIN in [1, %lld], N_NEW in [0, %lld], CLASSES in "
+                   "[1, %lld], DIM in [1, %lld], got %" PRId64 " %" PRId64 " %" PRId64 " %" PRId64,
+                   SS_KNN_MAX_POINTS, SS_KNN_MAX_POINTS, SS_KNN_MAX_CLASSES, SS_KNN_MAX_DIM, n_train, n_new, classes,
+                   dim);
   int64_t n = n_train + n_new;
   double *centre = NULL;
   ss_status st = SS_ALLOC(ctx, centre, (size_t)(classes * dim), "KNN generator centres");

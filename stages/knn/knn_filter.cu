@@ -79,7 +79,7 @@ __device__ void filter_write_queries(const flt_seed_args &a, int64_t q0, const f
 template <int S>
 __device__ void filter_seed_row(const flt_seed_args &a, const float *row, int64_t qq, int lane) {
   if (qq >= a.mpad) return; /* uniform per warp: a balanced block's slots beyond the padded queries */
-  bool valid = qq < a.s.m; /* uniform per warp */
+  bool valid = qq < a.s.m;  /* uniform per warp */
   float m[S];
 #pragma unroll
   for (int t = 0; t < S; t++) m[t] = INFINITY;
@@ -133,8 +133,8 @@ struct flt_args {
   int64_t mpad, npad;
   int dpad, ntiles, tiles_per_split, cap;
   int *cnt;
-  float *lv;  /* k_filter<true>: the sample rows (mpad × npad) */
-  int2 *lp;   /* k_filter<false>: the lists, (value bits, reference index) pairs (mpad × cap) */
+  float *lv; /* k_filter<true>: the sample rows (mpad × npad) */
+  int2 *lp;  /* k_filter<false>: the lists, (value bits, reference index) pairs (mpad × cap) */
 };
 
 /* k_filter's warp tile: kFlWarpQ queries (one m16 row of MMA tiles) × the block's kFlR references (kFlNt n8 MMA
@@ -155,7 +155,7 @@ __device__ __forceinline__ float pick_run(const float (&acc)[kFlNt][4], int j) {
   float x[kFlNt];
 #pragma unroll
   for (int nt = 0; nt < kFlNt; nt++) x[nt] = j & kFlNt ? acc[nt][1 + 2 * h] : acc[nt][2 * h];
-  /* a select tree with constant trip counts (loops over a level variable were rolled into local memory) */
+    /* a select tree with constant trip counts (loops over a level variable were rolled into local memory) */
 #pragma unroll
   for (int i = 0; i < 8; i++) x[i] = j & 8 ? x[i + 8] : x[i];
 #pragma unroll
@@ -232,7 +232,7 @@ __device__ __forceinline__ void filter_tile_out(const flt_args &a, int64_t q0, i
         int j = __ffs(b) - 1;
         if (p < a.cap) /* beyond the capacity: counted, so the list finish scans the query */
           a.lp[q * a.cap + p] = make_int2(__float_as_int(fmaxf(h ? pick_run<1>(acc, j) : pick_run<0>(acc, j), 0.0f)),
-                                             (int)(c0 + j));
+                                          (int)(c0 + j));
       }
     }
   }
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(kFlThreads, kFlBlocksPerSm) k_filter(flt_args 
     for (int k0 = 0; k0 < a.dpad; k0 += kFlK) {
       int nk = k0 + kFlK;
       const float *nb = bp + (int64_t)nk * a.npad; /* the next slice, this tile */
-      if (nk == a.dpad) nk = 0, nb = bp + kFlR;     /* the next tile's first */
+      if (nk == a.dpad) nk = 0, nb = bp + kFlR;    /* the next tile's first */
       if (nk || tile + 1 < t_end) { /* uniform; into the other buffer, last read before the previous barrier */
         cp_async16(&As[buf ^ 1][lr][lc], ap + (int64_t)nk * a.mpad);
         cp_async16(&Bs[buf ^ 1][lr][lc], nb);
@@ -313,8 +313,7 @@ __global__ void __launch_bounds__(NQ *kWarp, lean_shape<NQ>::kMinBlocks) k_list_
   double E = lean_prepare(a.f, qq, valid, 1, w, 0, ls, lane);
   list_row src = {a.lp + qq * a.cap};
   /* an overflowed list is passed empty: no seed, so the query is scanned */
-  bool flagged = lean_select_finish<PL, S, kExBlocks>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w,
-                                                      lane);
+  bool flagged = lean_select_finish<PL, S, kExBlocks>(a.f, src, c <= a.cap ? c : 0, 1, w, 0, qq, valid, E, ls, w, lane);
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), flagged, sm_lf);
 }
 using flt_seed_kernel = void (*)(flt_seed_args);
@@ -323,8 +322,8 @@ const flt_seed_kernel kFilterSeed[2] = {k_filter_seed<2>, k_filter_seed<4>};
 /* [balanced][S class] and [balanced][S class][PL class] */
 const flt_seed_kernel kFilterSeedFused[2][2] = {{k_filter_seed_fused<kSfWarps, 2>, k_filter_seed_fused<kSfWarps, 4>},
                                                 {k_filter_seed_fused<kQbMax, 2>, k_filter_seed_fused<kQbMax, 4>}};
-#define SS_LF_ROW(NQ, S) {k_list_finish<NQ, kSfMinPerLane, S>, k_list_finish<NQ, 2 * kSfMinPerLane, S>, \
-                          k_list_finish<NQ, kSfMaxPerLane, S>}
+#define SS_LF_ROW(NQ, S) \
+  { k_list_finish<NQ, kSfMinPerLane, S>, k_list_finish<NQ, 2 * kSfMinPerLane, S>, k_list_finish<NQ, kSfMaxPerLane, S> }
 const lf_kernel kListFinish[2][2][3] = {{SS_LF_ROW(kSfWarps, 2), SS_LF_ROW(kSfWarps, 4)},
                                         {SS_LF_ROW(kQbMax, 2), SS_LF_ROW(kQbMax, 4)}};
 #undef SS_LF_ROW
@@ -345,7 +344,7 @@ int filter_tiles_per_split(int64_t qtiles, int64_t ntiles, int sm_count) {
   return (int)best;
 }
 
-}  // namespace
+} // namespace
 
 /* The one-kernel seed's shared-memory opt-in (kFusedSmemMax), once per index. */
 ss_status filter_setup(ss_ctx *ctx) {
@@ -383,13 +382,12 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
   SS_TRY(ws_ensure(ctx, &dv->fl_cnt, (size_t)Q * sizeof(int), "KNN filter list lengths"));
   SS_TRY(ws_ensure(ctx, &dv->fl_li, (size_t)(Q * cap) * sizeof(int2), "KNN filter lists"));
   flt_seed_kernel seed = kFilterSeed[lean_s_class(k)];
-  if (!fused_seed)
-    SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * nspad) * sizeof(float), "KNN filter sample rows"));
-  size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)k, nullptr,
-                                                        out).P2);
+  if (!fused_seed) SS_TRY(ws_ensure(ctx, &dv->fl_lv, (size_t)(Q * nspad) * sizeof(float), "KNN filter sample rows"));
+  size_t scan_bytes = finish_warp_smem(
+      make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)k, nullptr, out).P2);
   int64_t qtiles = Q / kFlQ, ntiles = npad / kFlR, stiles = nspad / kFlR;
-  int tps = filter_tiles_per_split(qtiles, ntiles, dv->sm_count), stps = filter_tiles_per_split(qtiles, stiles,
-                                                                                                 dv->sm_count);
+  int tps = filter_tiles_per_split(qtiles, ntiles, dv->sm_count),
+      stps = filter_tiles_per_split(qtiles, stiles, dv->sm_count);
   auto launch = [&]() -> ss_status {
     for (int64_t q0 = 0; q0 < m; q0 += Q) {
       int64_t Qt = m - q0 < Q ? m - q0 : Q, Qtpad = ceil_div(Qt, kFlQ) * kFlQ;
@@ -414,8 +412,8 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
       if (fused_seed) {
         /* the rows, or the staged queries; within kFusedSmemMax */
         size_t row_bytes = (size_t)nq_seed * (size_t)std::max(sa.s.rs, (int64_t)dpad) * sizeof(float);
-        kFilterSeedFused[nq_seed > kSfWarps][lean_s_class(k)]<<<(unsigned)ceil_div(Qtpad, nq_seed), nq_seed * kWarp,
-                                                                 row_bytes, s>>>(sa);
+        kFilterSeedFused[nq_seed > kSfWarps]
+                        [lean_s_class(k)]<<<(unsigned)ceil_div(Qtpad, nq_seed), nq_seed * kWarp, row_bytes, s>>>(sa);
         SS_CUDA_TRY_LAUNCH(ctx, "knn filter centring, sample and seed");
       } else {
         k_filter_centre<<<qblocks, kSfThreads, 0, s>>>(sa);
@@ -436,10 +434,10 @@ ss_status filter_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, con
     }
     return SS_OK;
   };
-  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->fl_qt.p, dv->fl_qn.p, dv->fl_tau.p, dv->fl_cnt.p,
-                     dv->fl_lv.p, dv->fl_li.p, dv->samp_t, dv->ref_t};
+  const void *p[] = {d_query,      out.idx,      out.dist,    out.cert,    dv->fl_qt.p, dv->fl_qn.p,
+                     dv->fl_tau.p, dv->fl_cnt.p, dv->fl_lv.p, dv->fl_li.p, dv->samp_t,  dv->ref_t};
   const int64_t v[] = {m, (int64_t)Kc * 65536 + k, -2, cap};
   return fused_graph_run(ctx, dv, s, p, v, launch, Q, (int64_t)tps * kFlR, stats);
 }
 
-}  // namespace knn_cuda
+} // namespace knn_cuda

@@ -79,21 +79,24 @@ __global__ void __launch_bounds__(NW *kWarp, lean_shape<NQ, NW>::kMinBlocks) k_f
   if (mine) { /* W = 1: no barrier inside */
     value_row src = {rows + w * a.rs};
     float *stage = a.stage ? rows + nq * a.rs + w * kWarp * stage_stride(a.d) : nullptr;
-    flagged = lean_select_finish<PL, S, kExBlocksLean>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls,
-                                                       w, lane, stage);
+    flagged = lean_select_finish<PL, S, kExBlocksLean>(a.f, src, valid ? (int)a.f.n : 0, 1, w, 0, qq, valid, E, ls, w,
+                                                       lane, stage);
   }
   finish_block_scans(a.f, q0, ls.need_scan, (int)(a.m - q0 < nq ? a.m - q0 : nq), flagged, sm_fs);
 }
 using fs_kernel = void (*)(fs_args);
-#define SS_FS_ROW(NQ, NW, S) {k_fused_small<NQ, NW, kSfMinPerLane, S>, k_fused_small<NQ, NW, 2 * kSfMinPerLane, S>, \
-                              k_fused_small<NQ, NW, kSfMaxPerLane, S>}
+#define SS_FS_ROW(NQ, NW, S) \
+  { \
+    k_fused_small<NQ, NW, kSfMinPerLane, S>, k_fused_small<NQ, NW, 2 * kSfMinPerLane, S>, \
+        k_fused_small<NQ, NW, kSfMaxPerLane, S> \
+  }
 /* [shape: classic, balanced, balanced and wide][S class][PL class] */
 const fs_kernel kFusedSmall[3][2][3] = {{SS_FS_ROW(kSfWarps, kSfWarps, 2), SS_FS_ROW(kSfWarps, kSfWarps, 4)},
                                         {SS_FS_ROW(kQbMax, kQbMax, 2), SS_FS_ROW(kQbMax, kQbMax, 4)},
                                         {SS_FS_ROW(kQbMax, kFsWideWarps, 2), SS_FS_ROW(kQbMax, kFsWideWarps, 4)}};
 #undef SS_FS_ROW
 
-}  // namespace
+} // namespace
 
 /* k_fused_small runs the fused path while the rows fit in shared memory, the filter path beyond. H100, 1,200
  * queries, k 25, 2^11: k_fused_small vs the filter path d 32-256: 19 / 24 / 34 / 52 us vs - / 31 / 42 / 64 (with an
@@ -129,8 +132,8 @@ ss_status fused_view(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, int
   SS_TRY(SS_CUDA_ALLOC(ctx, *norms, npad, "KNN padded reference norms"));
   int64_t cells = (int64_t)dpad * npad, blocks = ceil_div(cells, kThreads);
   unsigned grid = (unsigned)(blocks < 65535 ? blocks : 65535);
-  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, frag,
-                                         *view, *norms);
+  k_fused_refs<<<grid, kThreads, 0, s>>>(dv->ref_c, dv->ref_norm, ix->n, count, (int)ix->d, dpad, npad, frag, *view,
+                                         *norms);
   SS_CUDA_TRY_LAUNCH(ctx, "knn fused reference view");
   return SS_OK;
 }
@@ -148,14 +151,15 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   }
   int shape = nq == kSfWarps ? 0 : nw == nq ? 1 : 2;
   fs_kernel kern = kFusedSmall[shape][lean_s_class(o->k)][lean_pl_class(ix->n)];
-  size_t scan_bytes = finish_warp_smem(make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k,
-                                                        nullptr, out).P2);
+  size_t scan_bytes = finish_warp_smem(
+      make_finish_args(ix, dv, d_query, nullptr, nullptr, Kc, Kc, (int)o->k, nullptr, out).P2);
   int64_t row_floats = nq * fs_row_stride(npad);
   size_t row_bytes = (size_t)(dpad * 8 * fs_qtiles(slots) + row_floats) * sizeof(float);
   /* a balanced block (one per SM) stages its candidate rows where the device has room; a classic one would lose
    * its SM's second block */
   size_t stage_bytes = shape != 0 && stage_applies((int)ix->d)
-                           ? (size_t)nq * kWarp * stage_stride((int)ix->d) * sizeof(float) : 0;
+                           ? (size_t)nq * kWarp * stage_stride((int)ix->d) * sizeof(float)
+                           : 0;
   if (row_bytes + stage_bytes > dv->fs_smem) stage_bytes = 0;
   row_bytes += stage_bytes;
   size_t smem = row_bytes > scan_bytes ? row_bytes : scan_bytes; /* within dv->fs_smem (fused_setup) */
@@ -175,4 +179,4 @@ ss_status fused_small_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o
   return fused_graph_run(ctx, dv, s, p, v, launch, nq, ix->n, stats);
 }
 
-}  // namespace knn_cuda
+} // namespace knn_cuda

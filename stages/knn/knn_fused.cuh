@@ -18,11 +18,11 @@ constexpr int kFsRowPad = 4;
 inline int64_t fs_row_stride(int64_t npad) { return npad + kFsRowPad; }
 
 struct fs_args {
-  const float *q, *mean; /* queries (original coordinates), the reference mean */
+  const float *q, *mean;   /* queries (original coordinates), the reference mean */
   const float *ref_t, *rn; /* the references' view (fragment order: k_fused_refs) and their norms (+inf padding) */
   int64_t npad, rs;        /* padded references; the stride of the rows in shared memory (fs_row_stride) */
   int m, d, dpad;
-  int nq; /* queries per block (<= the block's warps) */
+  int nq;     /* queries per block (<= the block's warps) */
   bool stage; /* k_fused_small: the lean finish stages its candidate rows after the block's rows (stage_rows) */
   finish_args f;
 };
@@ -52,8 +52,8 @@ static_assert(finish_scan_size(SS_KNN_FUSED_MAX_CANDIDATES) >= SS_KNN_FUSED_MAX_
  * and values they bake in (each path tags its values: -1 small, -2 filter); the stats report the warp strategy
  * (one warp per query selects) and the path's tiles. */
 template <size_t NP, size_t NV, typename F>
-ss_status fused_graph_run(ss_ctx *ctx, knn_dev *dv, cudaStream_t s, const void *const (&p)[NP],
-                          const int64_t (&v)[NV], F launch, int64_t query_tile, int64_t ref_tile, ss_knn_stats *stats) {
+ss_status fused_graph_run(ss_ctx *ctx, knn_dev *dv, cudaStream_t s, const void *const (&p)[NP], const int64_t (&v)[NV],
+                          F launch, int64_t query_tile, int64_t ref_tile, ss_knn_stats *stats) {
   graph_key key;
   static_assert(NP <= sizeof(key.ptr) / sizeof(key.ptr[0]) && NV <= sizeof(key.val) / sizeof(key.val[0]),
                 "graph key size");
@@ -92,7 +92,7 @@ __device__ double fs_prepare_queries(const fs_args &a, int64_t q0, int nq, float
   int lane = threadIdx.x % kWarp, first = threadIdx.x / kWarp;
   int qd_len = min(kLaneMaxDim, (a.d + kWarp - 1) / kWarp * kWarp);
   double qn_first = 0.0;
-  for (int i = first; i < 8 * NT; i += blockDim.x / kWarp) { /* uniform per warp */
+  for (int i = first; i < 8 * NT; i += blockDim.x / kWarp) {                /* uniform per warp */
     bool live = i < nq && q0 + i < a.m, lean = kLean && i == first && live; /* uniform per warp */
     const float *q = a.q + (q0 + i) * a.d;
     float s = 0.0f;
@@ -199,8 +199,7 @@ __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, cons
           const unsigned af[4] = {live ? __float_as_uint(buf[s][j].x) : 0u, live ? __float_as_uint(buf[s][j].y) : 0u,
                                   live ? __float_as_uint(buf[s][j].z) : 0u, live ? __float_as_uint(buf[s][j].w) : 0u};
 #pragma unroll
-          for (int nt = 0; nt < NT; nt++)
-            mma_tf32(acc[j][nt], af, __float_as_uint(b[nt].x), __float_as_uint(b[nt].y));
+          for (int nt = 0; nt < NT; nt++) mma_tf32(acc[j][nt], af, __float_as_uint(b[nt].x), __float_as_uint(b[nt].y));
         }
       }
     }
@@ -219,6 +218,6 @@ __device__ void fs_distances(const fs_args &a, int64_t q0, const float *qf, cons
   }
 }
 
-}  // namespace
-}  // namespace knn_cuda
+} // namespace
+} // namespace knn_cuda
 #endif

@@ -18,15 +18,16 @@ ss_status ws_ensure(ss_ctx *ctx, ws_buf *b, size_t bytes, const char *what) {
 }
 
 size_t ws_held(const knn_dev *dv) {
-  const ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                       &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau,
-                       &dv->fl_qt, &dv->fl_qn, &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv, &dv->fl_li};
+  const ws_buf *b[] = {&dv->q,      &dv->qc,     &dv->qn,     &dv->dist_tile[0], &dv->dist_tile[1],
+                       &dv->run_v,  &dv->run_i,  &dv->part_v, &dv->part_i,       &dv->out_i,
+                       &dv->out_d,  &dv->cert,   &dv->tau,    &dv->fl_qt,        &dv->fl_qn,
+                       &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv,  &dv->fl_li};
   size_t s = 0;
   for (const ws_buf *x : b) s += x->bytes;
   return s;
 }
 
-}  // namespace knn_cuda
+} // namespace knn_cuda
 
 using namespace knn_cuda;
 
@@ -77,9 +78,9 @@ extern "C" void ss_knn_cuda_index_free(ss_knn_index *ix) {
   if (!dv) return;
   if (dv->sel) cudaStreamSynchronize(dv->sel);
   cudaFree(dv->ref), cudaFree(dv->ref_c), cudaFree(dv->ref_norm), cudaFree(dv->mean);
-  ws_buf *b[] = {&dv->q, &dv->qc, &dv->qn, &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
-                 &dv->part_v, &dv->part_i, &dv->out_i, &dv->out_d, &dv->cert, &dv->tau,
-                 &dv->fl_qt, &dv->fl_qn, &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv, &dv->fl_li};
+  ws_buf *b[] = {&dv->q,      &dv->qc,     &dv->qn,     &dv->dist_tile[0], &dv->dist_tile[1], &dv->run_v, &dv->run_i,
+                 &dv->part_v, &dv->part_i, &dv->out_i,  &dv->out_d,        &dv->cert,         &dv->tau,   &dv->fl_qt,
+                 &dv->fl_qn,  &dv->fl_tau, &dv->fl_cnt, &dv->fl_lv,        &dv->fl_li};
   for (ws_buf *x : b) cudaFree(x->p);
   cudaFree(dv->ref_t), cudaFree(dv->ref_tn), cudaFree(dv->samp_t), cudaFree(dv->samp_tn);
   if (dv->graph.exec) cudaGraphExecDestroy(dv->graph.exec);

@@ -36,7 +36,7 @@ namespace knn_cuda {
  * (finish_exact_groups, through shared memory); its first warp sorts them and writes the answer (finish_warp_write).
  * A seeded warp queue in this kernel (sorted list + pending buffer merges, K' cut by an approximate sort) was slower
  * on every grid case. */
-constexpr int kSfThreads = kThreads;       /* finish_block_scans' scan buffer assumes kThreads at most */
+constexpr int kSfThreads = kThreads; /* finish_block_scans' scan buffer assumes kThreads at most */
 constexpr int kSfWarps = kSfThreads / kWarp;
 constexpr int kSfMinPerLane = 8, kSfMaxPerLane = 32; /* values per lane per pass (registers): PL */
 /* references per warp (ss_knn_opts.warp_chunk overrides; W = next_pow2(n / chunk) <= kSfWarps): each warp
@@ -153,11 +153,11 @@ constexpr int kLaneMaxDim = 2 * kWarp;
 /* A block's lean selection state: per query of the block (at most NQ: kSfWarps, or kQbMax in a balanced launch). */
 template <int NQ>
 struct lean_shared_t {
-  int ci[NQ][kLeanCap];    /* candidate indices (the finish needs no approximate value) */
-  int cnt[NQ];             /* candidates found (may exceed kLeanCap: the exact scan) */
-  float seed[NQ];          /* per warp: x_w */
+  int ci[NQ][kLeanCap];       /* candidate indices (the finish needs no approximate value) */
+  int cnt[NQ];                /* candidates found (may exceed kLeanCap: the exact scan) */
+  float seed[NQ];             /* per warp: x_w */
   double qd[NQ][kLaneMaxDim]; /* d <= kLaneMaxDim: the query as doubles, zeros to a multiple of 32 */
-  double ex[NQ][kRegList]; /* W > 1: the candidates' exact distances, gathered for the first warp */
+  double ex[NQ][kRegList];    /* W > 1: the candidates' exact distances, gathered for the first warp */
   int need_scan[NQ];
   float mins[NQ][kLeanMaxS * kWarp]; /* W > 1: every lane's S smallest values, for the query's seed */
   double E[NQ]; /* k_fused_small: the bound E, kept here across the distance phase (in registers it spilled) */
@@ -237,9 +237,7 @@ __device__ int lean_filter(const Src &src, int len, float y, float (&v)[PL], int
   return total;
 }
 
-constexpr int bitrev5(int i) {
-  return ((i & 1) << 4) | ((i & 2) << 2) | (i & 4) | ((i & 8) >> 2) | ((i & 16) >> 4);
-}
+constexpr int bitrev5(int i) { return ((i & 1) << 4) | ((i & 2) << 2) | (i & 4) | ((i & 8) >> 2) | ((i & 16) >> 4); }
 constexpr int popc5(int i) { return (i & 1) + ((i >> 1) & 1) + ((i >> 2) & 1) + ((i >> 3) & 1) + ((i >> 4) & 1); }
 
 /* ss_knn_exact_dist of one reference row with d <= kWarp by one thread (the lean finish: a lane per candidate,
@@ -282,7 +280,9 @@ __device__ __forceinline__ float4 row_ld4(const float *p) {
   return kShared ? *(const float4 *)p : __ldg((const float4 *)p);
 }
 template <bool kShared>
-__device__ __forceinline__ float row_ld1(const float *p) { return kShared ? *p : __ldg(p); }
+__device__ __forceinline__ float row_ld1(const float *p) {
+  return kShared ? *p : __ldg(p);
+}
 template <bool kShared = false>
 __device__ __forceinline__ double exact_dist_lane(const double *qd, const float *row, int d) {
   double p[kWarp];
@@ -384,9 +384,7 @@ __device__ __forceinline__ float lean_band(float x, double E) {
 
 /* The exact finish takes a candidate per lane (exact_dist_short, exact_dist_lane: the query as doubles in
  * ls.qd) rather than warp-cooperative groups: the same for the query's W warps. */
-__device__ __forceinline__ bool lean_lane_rows(const finish_args &f, int W) {
-  return W == 1 && f.d <= kLaneMaxDim;
-}
+__device__ __forceinline__ bool lean_lane_rows(const finish_args &f, int W) { return W == 1 && f.d <= kLaneMaxDim; }
 
 /* What the lean finish of query qq needs of the query alone, prepared by each of its warps before the values exist
  * (the loads off the selection's chain): the bound E of its values (value_error_bound) returned, its candidate
@@ -413,9 +411,9 @@ template <int PL, int S, int EB, typename Src, typename LS>
 __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len, int W, int ql, int part, int64_t qq,
                                    bool valid, double E, LS &ls, int w, int lane, float *stage = nullptr) {
   const bool lane_rows = lean_lane_rows(f, W);
-  constexpr int S1 = S + 1; /* and the next value: warp_kth_select (W = 1) */
+  constexpr int S1 = S + 1;                /* and the next value: warp_kth_select (W = 1) */
   float v[PL], m[S1], mc[kSeedChains][S1]; /* independent insertion chains, merged after the passes */
-  int ids[PL]; /* paired sources only: the values' reference indices */
+  int ids[PL];                             /* paired sources only: the values' reference indices */
 #pragma unroll
   for (int h = 0; h < kSeedChains; h++)
 #pragma unroll
@@ -451,7 +449,7 @@ __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len
   }
   float y = lean_band(x, E);
   int P = valid && x < INFINITY ? lean_filter<PL>(src, len, y, v, ids, W > 1 ? &ls.cnt[ql] : nullptr, ls.ci[ql], lane)
-                                 : 0;
+                                : 0;
   if (W > 1) {
     __syncthreads(); /* the query's candidates are complete */
     P = ls.cnt[ql];
@@ -469,7 +467,7 @@ __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len
   /* the same for the query's W warps */
   bool short_rows = lane_rows || (one && f.d <= kWarp);
   if (short_rows && stage) { /* lane_rows and stage_applies */
-    if (valid && !over) /* uniform */
+    if (valid && !over)      /* uniform */
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         if (P <= h * kWarp) break; /* uniform */
@@ -507,6 +505,6 @@ __device__ bool lean_select_finish(const finish_args &f, const Src &src, int len
   return valid && over;
 }
 
-}  // namespace
-}  // namespace knn_cuda
+} // namespace
+} // namespace knn_cuda
 #endif

@@ -9,8 +9,8 @@
 namespace knn_cuda {
 namespace {
 
-constexpr int kWarpBuf = 64;            /* warp queue: pending insertions before a merge */
-constexpr int kWarpsPerBlock = 4;       /* warp queue: independent warps per block */
+constexpr int kWarpBuf = 64;      /* warp queue: pending insertions before a merge */
+constexpr int kWarpsPerBlock = 4; /* warp queue: independent warps per block */
 /* warp queue: fewest references per warp. Every chunk pays a warm-up (its first K' ln(chunk / K')
  * insertions and their merges; ~10 us per extra chunk per query on the 1,200-query grid, inferred from
  * H100 timings): fewer, longer chunks win while kWarpUnroll keeps enough loads in
@@ -19,7 +19,7 @@ constexpr int kWarpMinChunk = 4096;
 constexpr int kWarpUnroll = 8;          /* warp queue: loads per lane in flight (memory-level parallelism) */
 constexpr int64_t kTargetWarps = 16384; /* warp queue: work items per tile that fill an H100 */
 constexpr int64_t kMinRefTile = 4096, kMinQueryTile = 128;
-constexpr double kMemFraction = 0.8;    /* of the free device memory a search may take */
+constexpr double kMemFraction = 0.8; /* of the free device memory a search may take */
 /* Chunk lists per query tile the workspace holds: at least one per kListChunk references (max_chunks). */
 constexpr int kListChunk = 4096;
 constexpr size_t kSmemDefault = 48 * 1024; /* warp queues per block: as many as fit in the default shared memory */
@@ -57,7 +57,7 @@ struct tile_args {
   const float *qnorm; /* Qt, this query tile */
   const float *rnorm; /* Rt, this reference tile */
   int r0, Rt, nch, chunk, Kc;
-  float *pv;          /* (Qt × nch) × Kc partial lists */
+  float *pv; /* (Qt × nch) × Kc partial lists */
   int *pi;
 };
 
@@ -231,7 +231,8 @@ __global__ void k_merge(float *run_v, int *run_i, const float *pv, const int *pi
   float *cv = (float *)(bi + Kc);
   int *ci = (int *)(cv + Kc);
   int qq = blockIdx.x;
-  for (int t = threadIdx.x; t < Kc; t += blockDim.x) av[t] = run_v[(int64_t)qq * Kc + t], ai[t] = run_i[(int64_t)qq * Kc + t];
+  for (int t = threadIdx.x; t < Kc; t += blockDim.x)
+    av[t] = run_v[(int64_t)qq * Kc + t], ai[t] = run_i[(int64_t)qq * Kc + t];
   __syncthreads();
   for (int c = 0; c < nch; c++) {
     const float *qv = pv + ((int64_t)qq * nch + c) * Kc;
@@ -250,7 +251,8 @@ __global__ void k_merge(float *run_v, int *run_i, const float *pv, const int *pi
     int *ti = ai;
     av = cv, ai = ci, cv = tv, ci = ti;
   }
-  for (int t = threadIdx.x; t < Kc; t += blockDim.x) run_v[(int64_t)qq * Kc + t] = av[t], run_i[(int64_t)qq * Kc + t] = ai[t];
+  for (int t = threadIdx.x; t < Kc; t += blockDim.x)
+    run_v[(int64_t)qq * Kc + t] = av[t], run_i[(int64_t)qq * Kc + t] = ai[t];
 }
 
 /* ---- the tiled path's finish: candidates → exact top k, certificate, device fallback --------------------
@@ -334,13 +336,13 @@ constexpr int kFinList = kRegList; /* the merged list's length; K' <= this */
 constexpr int kFinWarps = 4;       /* queries per block */
 
 /* finish_warp_cert from a merged candidate list (lv, li: sorted, K' <= kFinList): thr = its K'-th value. */
-__device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, const float (&lv)[2],
-                                  const int (&li)[2], double (&sd)[2], int lane) {
+__device__ bool finish_warp_query(const finish_args &a, int64_t qq, double qn, const float (&lv)[2], const int (&li)[2],
+                                  double (&sd)[2], int lane) {
   int si[2] = {lane < a.Kc ? li[0] : kNoIndex, lane + kWarp < a.Kc ? li[1] : kNoIndex};
   return finish_warp_cert(a, qq, qn, (double)reg_get(lv, a.Kc - 1), (int64_t)a.Kc >= a.n, sd, si, lane);
 }
 
-__global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a, int64_t m) {
+__global__ void __launch_bounds__(kFinWarps *kWarp) k_finish_warp(finish_args a, int64_t m) {
   extern __shared__ __align__(16) unsigned char sm_fw[];
   __shared__ int need_scan[kFinWarps];
   int w = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -372,10 +374,10 @@ __global__ void __launch_bounds__(kFinWarps * kWarp) k_finish_warp(finish_args a
 }
 
 struct sf_args {
-  tile_args t;  /* the rows of one query tile against the single reference tile; t.Kc = K' */
+  tile_args t;   /* the rows of one query tile against the single reference tile; t.Kc = K' */
   finish_args f; /* that query tile's queries and outputs */
-  int64_t m;    /* queries in the tile */
-  int W, chunk; /* warps per query (power of two), references per warp */
+  int64_t m;     /* queries in the tile */
+  int W, chunk;  /* warps per query (power of two), references per warp */
 };
 
 template <int PL, int S>
@@ -395,9 +397,10 @@ __global__ void __launch_bounds__(kSfThreads, kSfMinBlocks) k_select_finish(sf_a
 }
 
 using sf_kernel = void (*)(sf_args);
-const sf_kernel kSelectFinish[2][3] = {
-    {k_select_finish<kSfMinPerLane, 2>, k_select_finish<2 * kSfMinPerLane, 2>, k_select_finish<kSfMaxPerLane, 2>},
-    {k_select_finish<kSfMinPerLane, 4>, k_select_finish<2 * kSfMinPerLane, 4>, k_select_finish<kSfMaxPerLane, 4>}};
+const sf_kernel kSelectFinish[2][3] = {{k_select_finish<kSfMinPerLane, 2>, k_select_finish<2 * kSfMinPerLane, 2>,
+                                        k_select_finish<kSfMaxPerLane, 2>},
+                                       {k_select_finish<kSfMinPerLane, 4>, k_select_finish<2 * kSfMinPerLane, 4>,
+                                        k_select_finish<kSfMaxPerLane, 4>}};
 
 /* ---- host side ------------------------------------------------------------------------------------- */
 
@@ -492,9 +495,9 @@ ss_status gemm_tile(ss_ctx *ctx, const search_run &r, int64_t q0, int64_t Qt, in
   const float alpha = -2.0f, beta = 0.0f;
   int64_t d = r.ix->d;
   if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s0, r.dv->sel_done[b], 0));
-  SS_CUBLAS_TRY(ctx, cublasSgemm(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Rt, (int)Qt, (int)d, &alpha,
-                                 r.dv->ref_c + r0 * d, (int)d, r.qc + q0 * d, (int)d, &beta,
-                                 (float *)r.dv->dist_tile[b].p, (int)Rt));
+  SS_CUBLAS_TRY(ctx,
+                cublasSgemm(r.blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)Rt, (int)Qt, (int)d, &alpha, r.dv->ref_c + r0 * d,
+                            (int)d, r.qc + q0 * d, (int)d, &beta, (float *)r.dv->dist_tile[b].p, (int)Rt));
   if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->gemm_done[b], r.s0));
   return SS_OK;
 }
@@ -516,9 +519,11 @@ ss_status select_tile(ss_ctx *ctx, const search_run &r, int64_t q0, int64_t Qt, 
   if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaStreamWaitEvent(r.s1, r.dv->gemm_done[b], 0));
   int wpb;
   size_t smem = warp_smem(a.Kc, &wpb);
-  k_select_warp<<<(unsigned)ceil_div(items, wpb), wpb * kWarp, smem, r.s1>>>(
-      a, warp_queue_size(a.Kc), (int)items, r.direct ? nullptr : (const float *)r.dv->run_v.p,
-      (unsigned *)r.dv->tau.p + q0, (int)r.direct);
+  k_select_warp<<<(unsigned)ceil_div(items, wpb), wpb * kWarp, smem, r.s1>>>(a, warp_queue_size(a.Kc), (int)items,
+                                                                             r.direct ? nullptr
+                                                                                      : (const float *)r.dv->run_v.p,
+                                                                             (unsigned *)r.dv->tau.p + q0,
+                                                                             (int)r.direct);
   SS_CUDA_TRY_LAUNCH(ctx, "knn selection");
   if (r.direct) return SS_OK;
   if (r.s1 != r.s0) SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->sel_done[b], r.s1));
@@ -548,8 +553,7 @@ ss_status launch_finish(ss_ctx *ctx, const ss_knn_index *ix, const knn_dev *dv, 
   finish_args a = make_finish_args(ix, dv, d_query, cand_v, cand_i, L, Kc, k, reset_tau, out);
   if (Kc <= kFinList) /* every input list is sorted: a warp per query merges them */
     k_finish_warp<<<(unsigned)ceil_div(m, kFinWarps), kFinWarps * kWarp, finish_warp_smem(a.P2), s>>>(a, m);
-  else
-    k_finish<<<(unsigned)m, kThreads, finish_smem(a.P1 + 1, a.P2), s>>>(a);
+  else k_finish<<<(unsigned)m, kThreads, finish_smem(a.P1 + 1, a.P2), s>>>(a);
   SS_CUDA_TRY_LAUNCH(ctx, "knn finish (exact re-rank)");
   return SS_OK;
 }
@@ -613,8 +617,9 @@ graph_key tiled_key(const search_run &r, const float *d_query, int64_t m, int ge
   graph_key k;
   memset(&k, 0, sizeof(k));
   const knn_dev *dv = r.dv;
-  const void *p[] = {d_query, out.idx, out.dist, out.cert, dv->qc.p, dv->qn.p, dv->dist_tile[0].p,
-                     dv->dist_tile[1].p, dv->part_v.p, dv->part_i.p, dv->tau.p, dv->run_v.p};
+  const void *p[] = {d_query,      out.idx,      out.dist,           out.cert,
+                     dv->qc.p,     dv->qn.p,     dv->dist_tile[0].p, dv->dist_tile[1].p,
+                     dv->part_v.p, dv->part_i.p, dv->tau.p,          dv->run_v.p};
   static_assert(sizeof(p) / sizeof(p[0]) == sizeof(k.ptr) / sizeof(k.ptr[0]), "graph key pointers");
   memcpy(k.ptr, p, sizeof(p));
   const int64_t v[] = {m, gemm_only, r.p.Q, r.p.R, (int64_t)r.p.Kc * 65536 + r.p.k, r.p.wchunk, r.p.sfchunk};
@@ -623,7 +628,7 @@ graph_key tiled_key(const search_run &r, const float *d_query, int64_t m, int ge
   return k;
 }
 
-}  // namespace
+} // namespace
 
 ss_status tiled_setup(ss_ctx *ctx) {
   /* the largest finish buffers: K' = SS_KNN_GPU_MAX_CANDIDATES candidates and the scan buffer */
@@ -694,8 +699,7 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
     return run_tiles(ctx, r, d_query, m, 0, out);
   };
   bool graphed = false;
-  if (r.direct)
-    SS_TRY(graph_run(ctx, r.dv->graph, tiled_key(r, d_query, m, 0, out), r.s0, search, &graphed));
+  if (r.direct) SS_TRY(graph_run(ctx, r.dv->graph, tiled_key(r, d_query, m, 0, out), r.s0, search, &graphed));
   else SS_TRY(search());
   if (r.s1 != r.s0) {
     SS_CUDA_TRY(ctx, cudaEventRecord(r.dv->done, r.s1));
@@ -710,4 +714,4 @@ ss_status tiled_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o, cons
   return SS_OK;
 }
 
-}  // namespace knn_cuda
+} // namespace knn_cuda

@@ -38,8 +38,8 @@
 #define SS_LIVE_MAX_PENDING_MS 20.0
 
 typedef struct {
-  int64_t end;  /* first sample after the push */
-  double t;     /* its arrival time */
+  int64_t end; /* first sample after the push */
+  double t;    /* its arrival time */
 } arrival;
 
 typedef struct {
@@ -52,47 +52,47 @@ struct ss_live_engine {
   const ss_backend *be;
   const ss_live_model *m;
   ss_live_opts o;
-  int C, F;                /* channels, feature dims (C · n_pcs) */
+  int C, F; /* channels, feature dims (C · n_pcs) */
   ss_detect_config cfg;
-  int64_t Q;               /* own_from passes components with no node in the last Q rows */
-  int64_t lead;            /* rows kept before own_from */
+  int64_t Q;    /* own_from passes components with no node in the last Q rows */
+  int64_t lead; /* rows kept before own_from */
   ss_filter_state fst;
-  float *scaled;           /* the push in µV, then filtered */
+  float *scaled; /* the push in µV, then filtered */
   int64_t scaled_cap;
-  float *buf;              /* filtered rows [buf0, buf0 + buf_n) */
+  float *buf; /* filtered rows [buf0, buf0 + buf_n) */
   int64_t buf_cap, buf0, buf_n;
-  int64_t own_from;        /* every component first-noded before it has been handled */
-  int64_t strong_scanned;  /* rows before it have been looked at for samples above the strong threshold */
-  int64_t pending;         /* spikes seen but not final at the last report */
-  done_key *done;          /* spikes reported whose time is not before own_from */
+  int64_t own_from;       /* every component first-noded before it has been handled */
+  int64_t strong_scanned; /* rows before it have been looked at for samples above the strong threshold */
+  int64_t pending;        /* spikes seen but not final at the last report */
+  done_key *done;         /* spikes reported whose time is not before own_from */
   int64_t n_done, done_cap;
-  int64_t max_pending;     /* rows after own_from beyond which own_from is moved on without a spike */
-  arrival *arr;            /* pushes whose samples may still be needed, oldest first */
+  int64_t max_pending; /* rows after own_from beyond which own_from is moved on without a spike */
+  arrival *arr;        /* pushes whose samples may still be needed, oldest first */
   int64_t arr_n, arr_cap;
   ss_detect_work work;
-  ss_spike_list spikes;           /* CPU: the last detection's spikes (over all rows) */
-  ss_spike_list view;             /* CUDA: the last detection's tables (pinned host memory, no masks) */
-  const ss_spike_list *found;     /* the spikes of the last report: &spikes, or &view */
-  uint8_t *complete;              /* per found spike: no later node can join its component */
+  ss_spike_list spikes;       /* CPU: the last detection's spikes (over all rows) */
+  ss_spike_list view;         /* CUDA: the last detection's tables (pinned host memory, no masks) */
+  const ss_spike_list *found; /* the spikes of the last report: &spikes, or &view */
+  uint8_t *complete;          /* per found spike: no later node can join its component */
   int64_t complete_cap;
-  const int32_t *found_label;     /* CUDA: every found spike's unit */
-  int64_t final_x;                /* the end of the final rows, from the last detection */
-  int64_t *sel;            /* the found spikes to report */
-  float *wsel;             /* their waveforms */
+  const int32_t *found_label; /* CUDA: every found spike's unit */
+  int64_t final_x;            /* the end of the final rows, from the last detection */
+  int64_t *sel;               /* the found spikes to report */
+  float *wsel;                /* their waveforms */
   int64_t sel_cap, wsel_cap;
   float *features;
   int32_t *labels;
   int64_t *order;
   int64_t feat_cap, labels_cap, order_cap;
-  double *best;            /* CPU centroid assignment: each selected spike's smallest distance so far */
+  double *best; /* CPU centroid assignment: each selected spike's smallest distance so far */
   int64_t best_cap;
   ss_knn_index *knn;
   ss_knn_opts knn_opts;
   ss_live_stats stats;
-  int fresh; /* no row of the current stream yet */
+  int fresh;                /* no row of the current stream yet */
   ss_live_push_trace trace; /* the last push (opts.trace) */
   ss_live_laps laps;        /* its phase clock, shared with the CUDA stages */
-  ss_live_cuda *gpu; /* the CUDA stages (NULL on the CPU): buf, wsel and spikes unused */
+  ss_live_cuda *gpu;        /* the CUDA stages (NULL on the CPU): buf, wsel and spikes unused */
 };
 
 void ss_live_opts_defaults(ss_live_opts *o) {
@@ -122,8 +122,7 @@ static ss_status check_model(ss_ctx *ctx, const ss_live_model *m, const ss_live_
   if (o->assign == SS_LIVE_KNN && (o->k < 1 || o->k > m->n_ref))
     return ss_fail(ctx, SS_ERR_INPUT, "live: --k: expected 1 .. %lld (the model's reference spikes), got %lld",
                    (long long)m->n_ref, (long long)o->k);
-  if (o->assign == SS_LIVE_CENTROID && m->k < 1)
-    return ss_fail(ctx, SS_ERR_INPUT, "live: model: no unit centroids");
+  if (o->assign == SS_LIVE_CENTROID && m->k < 1) return ss_fail(ctx, SS_ERR_INPUT, "live: model: no unit centroids");
   return SS_OK;
 }
 
@@ -203,8 +202,8 @@ void ss_live_get_stats(const ss_live_engine *e, ss_live_stats *out) {
 void ss_live_last_push(const ss_live_engine *e, ss_live_push_trace *out) { *out = e->trace; }
 
 const char *ss_live_phase_name(int phase) {
-  static const char *const names[SS_LIVE_PHASES] = {"append", "flag_wait", "find", "count_wait",
-                                                    "label", "table_wait", "setup", "emit"};
+  static const char *const names[SS_LIVE_PHASES] = {"append", "flag_wait",  "find",  "count_wait",
+                                                    "label",  "table_wait", "setup", "emit"};
   return phase >= 0 && phase < SS_LIVE_PHASES ? names[phase] : "?";
 }
 
@@ -281,7 +280,8 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
                                int want_flag, int *strong) {
   const int C = e->C;
   const ss_live_model *m = e->m;
-  SS_TRY(grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
+  SS_TRY(
+      grow(ctx, (void **)&e->arr, &e->arr_cap, e->arr_n + 1, SS_LIVE_MIN_ARRIVALS, sizeof(arrival), "live arrivals"));
   if (e->gpu) {
     SS_TRY(ss_live_cuda_append(ctx, e->gpu, buffer_trim(e), rows, n, want_flag, strong));
     e->buf_n += n;
@@ -294,8 +294,8 @@ static ss_status buffer_append(ss_ctx *ctx, ss_live_engine *e, const int16_t *ro
     for (int c = 0; c < C; c++) e->scaled[t * C + c] = (float)(rows[t * C + c] * m->uv_per_step[c] + m->offset_uv);
   SS_TRY(ss_filter_causal(ctx, e->be, &m->filter, &e->fst, e->scaled, n, e->scaled));
   buffer_trim(e);
-  SS_TRY(grow(ctx, (void **)&e->buf, &e->buf_cap, (e->buf_n + n) * C, SS_LIVE_MIN_ROWS * C, sizeof(float),
-              "live buffer"));
+  SS_TRY(
+      grow(ctx, (void **)&e->buf, &e->buf_cap, (e->buf_n + n) * C, SS_LIVE_MIN_ROWS * C, sizeof(float), "live buffer"));
   memcpy(e->buf + e->buf_n * C, e->scaled, (size_t)(n * C) * sizeof(float));
   e->buf_n += n;
   e->arr[e->arr_n++] = (arrival){e->buf0 + e->buf_n, t_arrival};
@@ -383,8 +383,7 @@ static double centroid_distance(const ss_live_engine *e, int64_t u, const float 
  * channels the rows are megabytes, and reading them per spike made the label phase ~50 ms a push). */
 static ss_status assign(ss_ctx *ctx, ss_live_engine *e, int64_t n) {
   if (e->o.assign == SS_LIVE_KNN)
-    return ss_knn_classify(ctx, e->knn, e->m->ref_labels, &e->knn_opts, e->features, n, 0, e->labels, NULL, NULL,
-                           NULL);
+    return ss_knn_classify(ctx, e->knn, e->m->ref_labels, &e->knn_opts, e->features, n, 0, e->labels, NULL, NULL, NULL);
   SS_TRY(grow(ctx, (void **)&e->best, &e->best_cap, n, SS_LIVE_MIN_ROWS, sizeof(double), "live distances"));
   for (int64_t k = 0; k < n; k++) e->best[k] = INFINITY, e->labels[k] = 0; /* the best row, then its unit */
   for (int64_t u = 0; u < e->m->k; u++)
@@ -494,8 +493,7 @@ static ss_status find_gpu(ss_ctx *ctx, ss_live_engine *e, int final_only) {
   ss_detect_block blk = buffer_block(e);
   ss_live_found f;
   e->stats.detections++;
-  SS_TRY(ss_live_cuda_detect(ctx, e->gpu, &blk, e->buf_n - e->Q, e->o.assign == SS_LIVE_KNN ? &e->knn_opts : NULL,
-                             &f));
+  SS_TRY(ss_live_cuda_detect(ctx, e->gpu, &blk, e->buf_n - e->Q, e->o.assign == SS_LIVE_KNN ? &e->knn_opts : NULL, &f));
   e->view = (ss_spike_list){.n = f.n,
                             .n_channels = e->C,
                             .n_wave = e->m->n_wave,

@@ -30,12 +30,12 @@
 namespace {
 
 constexpr int THREADS = 256;
-constexpr int64_t MIN_ROWS = 8192;   /* buffer rows at open (grows by doubling) */
-constexpr int64_t MIN_PUSH = 1024;   /* push rows at open */
-constexpr int64_t MIN_SPIKES = 256;  /* spike table rows at open */
+constexpr int64_t MIN_ROWS = 8192;        /* buffer rows at open (grows by doubling) */
+constexpr int64_t MIN_PUSH = 1024;        /* push rows at open */
+constexpr int64_t MIN_SPIKES = 256;       /* spike table rows at open */
 constexpr int64_t MIN_DETECT_ROWS = 2048; /* detection rows at open: lead-in + 20 ms pending + a push at 30 kHz */
-constexpr int MAX_GRAPHS = 8;        /* push sizes with a captured graph; others run directly */
-constexpr int NEAREST_THREADS = 128; /* nearest centroid: threads per spike (a power of two) */
+constexpr int MAX_GRAPHS = 8;             /* push sizes with a captured graph; others run directly */
+constexpr int NEAREST_THREADS = 128;      /* nearest centroid: threads per spike (a power of two) */
 /* one packed table row: time, last node row (int64), fraction, channel, amplitude, label (32-bit) */
 constexpr size_t PACK_BYTES = 2 * sizeof(int64_t) + 4 * sizeof(int32_t);
 
@@ -170,8 +170,8 @@ struct ss_live_cuda {
   const ss_live_model *m;
   cudaStream_t s;
   int C, F, masked, spin;
-  cudaEvent_t ev; /* the spin wait's marker */
-  ss_live_laps *laps; /* the engine's phase clock */
+  cudaEvent_t ev;               /* the spin wait's marker */
+  ss_live_laps *laps;           /* the engine's phase clock */
   int64_t det_rows, det_spikes; /* the detection's reserved rows and spikes (growth is timed as setup) */
   /* model on the device */
   double *d_uv, *d_state;
@@ -349,9 +349,9 @@ extern "C" void ss_live_cuda_close(ss_live_cuda *g) {
   if (g->ev) cudaEventDestroy(g->ev);
   cudaFreeHost(g->h_raw);
   cudaFreeHost(g->h_flag);
-  void *dev[] = {g->d_uv,     g->d_state,     g->d_use,       g->d_strong, g->d_basis, g->d_centroid, g->d_mean_mask,
-                 g->d_unit_id, g->d_ref_labels, g->d_raw,      g->d_scaled, g->d_block, g->d_flag,     g->d_buf,
-                 g->d_spare};
+  void *dev[] = {g->d_uv,       g->d_state,     g->d_use,     g->d_strong,     g->d_basis,
+                 g->d_centroid, g->d_mean_mask, g->d_unit_id, g->d_ref_labels, g->d_raw,
+                 g->d_scaled,   g->d_block,     g->d_flag,    g->d_buf,        g->d_spare};
   for (void *p : dev) cudaFree(p);
   free(g);
 }
@@ -397,8 +397,8 @@ static ss_status push_kernels(ss_ctx *ctx, ss_live_cuda *g, int64_t n) {
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_raw, g->h_raw, (size_t)count * sizeof(int16_t), cudaMemcpyHostToDevice, g->s));
   k_scale<<<blocks_for(count), THREADS, 0, g->s>>>(g->d_raw, count, g->C, g->d_uv, m->offset_uv, g->d_scaled);
   SS_CUDA_TRY_LAUNCH(ctx, "live scale");
-  SS_TRY(ss_filter_causal_cuda(ctx, g->be, &m->filter, g->d_state, &g->started, g->d_scaled, n, g->C, g->d_block,
-                               g->s));
+  SS_TRY(
+      ss_filter_causal_cuda(ctx, g->be, &m->filter, g->d_state, &g->started, g->d_scaled, n, g->C, g->d_block, g->s));
   SS_CUDA_TRY(ctx, cudaMemsetAsync(g->d_flag, 0, sizeof(int), g->s));
   k_strong<<<blocks_for(count), THREADS, 0, g->s>>>(g->d_block, count, g->C, m->thresholds.polarity, g->d_strong,
                                                     g->d_use, g->d_flag);
@@ -456,8 +456,8 @@ extern "C" ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t d
     g->direct++;
   }
   const size_t C = (size_t)g->C;
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_buf + (size_t)(g->head + g->rows) * C, g->d_block, (size_t)n * C * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, g->s));
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(g->d_buf + (size_t)(g->head + g->rows) * C, g->d_block,
+                                   (size_t)n * C * sizeof(float), cudaMemcpyDeviceToDevice, g->s));
   g->rows += n;
   if (!want_flag) {
     ss_live_lap(g->laps, SS_LIVE_PH_APPEND);
@@ -513,7 +513,7 @@ static ss_status queue_labels(ss_ctx *ctx, ss_live_cuda *g, const ss_spike_dev *
     k_vote<<<blocks_for(n), THREADS, 0, g->s>>>(g->d_idx, n, k, g->d_ref_labels, g->d_labels);
   } else {
     k_nearest<<<(unsigned)n, NEAREST_THREADS, 0, g->s>>>(g->d_feat, d->masks, n, g->d_centroid, g->d_mean_mask,
-                                                   g->d_unit_id, m->k, g->C, m->n_pcs, g->masked, g->d_labels);
+                                                         g->d_unit_id, m->k, g->C, m->n_pcs, g->masked, g->d_labels);
   }
   SS_CUDA_TRY_LAUNCH(ctx, "live assignment");
   return SS_OK;

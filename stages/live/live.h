@@ -91,27 +91,27 @@ const char *ss_live_phase_name(int phase);
 
 /* One push, as measured with ss_live_opts.trace (all zero otherwise). */
 typedef struct {
-  double t_start;                  /* ss_now() when its processing started */
-  double behind_s;                 /* processing start − arrival */
-  double total_s;                  /* processing time (emission included) */
-  double phase_s[SS_LIVE_PHASES];  /* total_s split by phase */
-  double cpu_s;                    /* the pushing thread's CPU time over the push (user + system) */
-  int64_t involuntary_switches;    /* the thread was preempted this many times during the push */
-  int64_t voluntary_switches;      /* ... or blocked (slept in a system call) this many times */
-  int64_t rows, buffer_rows;       /* rows pushed; rows the detection searched (the buffer after append) */
-  int64_t found, emitted;          /* spikes found by the push's detection; spikes emitted */
-  int detected;                    /* 1 when the push ran a detection */
-  int setups;                      /* device-array growths and graph captures during the push */
+  double t_start;                 /* ss_now() when its processing started */
+  double behind_s;                /* processing start − arrival */
+  double total_s;                 /* processing time (emission included) */
+  double phase_s[SS_LIVE_PHASES]; /* total_s split by phase */
+  double cpu_s;                   /* the pushing thread's CPU time over the push (user + system) */
+  int64_t involuntary_switches;   /* the thread was preempted this many times during the push */
+  int64_t voluntary_switches;     /* ... or blocked (slept in a system call) this many times */
+  int64_t rows, buffer_rows;      /* rows pushed; rows the detection searched (the buffer after append) */
+  int64_t found, emitted;         /* spikes found by the push's detection; spikes emitted */
+  int detected;                   /* 1 when the push ran a detection */
+  int setups;                     /* device-array growths and graph captures during the push */
 } ss_live_push_trace;
 
 void ss_live_opts_defaults(ss_live_opts *o);
 
 /* One labelled spike. */
 typedef struct {
-  int64_t t;         /* sample of the spike (nearest sample of its sub-sample time) since the stream start */
-  int32_t unit;      /* the offline sort's cluster id */
-  int32_t channel;   /* peak channel */
-  float amp;         /* filtered value at the peak, µV (signed) */
+  int64_t t;       /* sample of the spike (nearest sample of its sub-sample time) since the stream start */
+  int32_t unit;    /* the offline sort's cluster id */
+  int32_t channel; /* peak channel */
+  float amp;       /* filtered value at the peak, µV (signed) */
   float latency_us;
 } ss_live_spike;
 
@@ -119,12 +119,12 @@ typedef struct {
 typedef ss_status (*ss_live_emit_fn)(ss_ctx *ctx, void *user, const ss_live_spike *s);
 
 typedef struct {
-  int64_t samples;   /* rows pushed */
-  int64_t blocks;    /* pushes */
-  int64_t spikes;    /* spikes emitted */
-  int64_t overruns;  /* pushes whose processing started more than one block duration after arrival */
-  int64_t streams;   /* streams started (ss_live_reset starts a new one) */
-  double max_behind_s; /* largest processing start − arrival */
+  int64_t samples;                 /* rows pushed */
+  int64_t blocks;                  /* pushes */
+  int64_t spikes;                  /* spikes emitted */
+  int64_t overruns;                /* pushes whose processing started more than one block duration after arrival */
+  int64_t streams;                 /* streams started (ss_live_reset starts a new one) */
+  double max_behind_s;             /* largest processing start − arrival */
   int64_t hist[SS_LIVE_HIST_BINS]; /* latency counts: bin 0 below the range, the last above */
   double latency_max_us;
   double latency_sum_us;

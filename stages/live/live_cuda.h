@@ -67,8 +67,8 @@ ss_status ss_live_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_live_mod
 /* Drop the device buffer's first `drop` rows, then append n raw rows (scaled, filtered causally).
  * want_flag: wait for the device and set *strong = 1 when one of the n rows holds a sample above the
  * strong threshold on a used channel; else nothing is waited for (a detection follows anyway). */
-ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t drop, const int16_t *rows, int64_t n,
-                              int want_flag, int *strong);
+ss_status ss_live_cuda_append(ss_ctx *ctx, ss_live_cuda *g, int64_t drop, const int16_t *rows, int64_t n, int want_flag,
+                              int *strong);
 /* Detection with the model's thresholds over the device buffer (blk->x is ignored; blk->n_rows must be
  * its row count), labels of every spike found (ko: KNN options, NULL for nearest centroid). */
 ss_status ss_live_cuda_detect(ss_ctx *ctx, ss_live_cuda *g, const ss_detect_block *blk, int64_t open_row,

@@ -72,8 +72,7 @@ ss_status ss_live_time_offset(ss_ctx *ctx, const ss_live_spike_times *causal, co
 }
 
 ss_status ss_live_match(ss_ctx *ctx, const ss_live_spike_times *causal, const ss_live_spike_times *offline,
-                        const ss_detect_graph *g, double offset, double tolerance, int64_t *match,
-                        int64_t *n_matched) {
+                        const ss_detect_graph *g, double offset, double tolerance, int64_t *match, int64_t *n_matched) {
   if (!(tolerance >= 0))
     return ss_fail(ctx, SS_ERR_INTERNAL, "live twin: matching tolerance: expected >= 0, got %g", tolerance);
   int64_t lo = 0, m = 0;
@@ -108,8 +107,8 @@ ss_status ss_live_calibrate(ss_ctx *ctx, const ss_live_spike_times *candidates, 
                             const ss_live_spike_times *offline, const ss_detect_graph *g, double offset,
                             double tolerance, double recall, double min_factor, ss_live_calibration *out) {
   if (!(recall > 0 && recall <= 1) || !(min_factor > 0 && min_factor <= 1))
-    return ss_fail(ctx, SS_ERR_INTERNAL, "live calibration: recall %g, min_factor %g: expected both in (0, 1]",
-                   recall, min_factor);
+    return ss_fail(ctx, SS_ERR_INTERNAL, "live calibration: recall %g, min_factor %g: expected both in (0, 1]", recall,
+                   min_factor);
   out->factor = 1;
   out->achieved = out->at_one = 0;
   const int64_t n = offline->n;
@@ -171,8 +170,9 @@ static ss_status twin_means(ss_ctx *ctx, const ss_live_twin_input *in, const int
   double *fs = NULL, *ms = NULL;
   int64_t *cnt = NULL;
   ss_status st = SS_OK;
-  if (SS_CALLOC(ctx, fs, (size_t)(K * D), "live centroid sums") || SS_CALLOC(ctx, ms, (size_t)(K * C), "live mask sums") ||
-      SS_CALLOC(ctx, cnt, (size_t)K, "live counts") || SS_ALLOC(ctx, out->centroid, (size_t)(K * D), "live centroids") ||
+  if (SS_CALLOC(ctx, fs, (size_t)(K * D), "live centroid sums") ||
+      SS_CALLOC(ctx, ms, (size_t)(K * C), "live mask sums") || SS_CALLOC(ctx, cnt, (size_t)K, "live counts") ||
+      SS_ALLOC(ctx, out->centroid, (size_t)(K * D), "live centroids") ||
       SS_ALLOC(ctx, out->mean_mask, (size_t)(K * C), "live mean masks"))
     st = SS_ERR_NOMEM;
   for (int64_t i = 0; st == SS_OK && i < in->causal.n; i++) {
@@ -212,8 +212,11 @@ static ss_status unit_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, cons
     st = SS_ERR_NOMEM;
   for (int64_t i = 0; st == SS_OK && i < n; i++)
     memcpy(x + i * D, in->causal_features + members[i] * D, (size_t)D * sizeof(float));
-  ss_kmeans_opts ko = {.k = P, .init = SS_KMEANS_INIT_PP, .max_iterations = SS_LIVE_PROTOTYPE_ITERATIONS,
-                       .tol_change_fraction = 0, .seed = in->seed};
+  ss_kmeans_opts ko = {.k = P,
+                       .init = SS_KMEANS_INIT_PP,
+                       .max_iterations = SS_LIVE_PROTOTYPE_ITERATIONS,
+                       .tol_change_fraction = 0,
+                       .seed = in->seed};
   ss_kmeans_result kr;
   memset(&kr, 0, sizeof(kr));
   if (st == SS_OK) st = ss_kmeans_fit(ctx, in->be, x, n, D, &ko, &kr);
@@ -264,8 +267,9 @@ static ss_status twin_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, cons
     fill[u] = p < 1 ? 1 : (p > in->max_prototypes ? in->max_prototypes : p);
     R += fill[u];
   }
-  if (st == SS_OK && (SS_ALLOC(ctx, ids, (size_t)R, "live prototypes") || SS_ALLOC(ctx, cen, (size_t)(R * D), "live prototypes") ||
-                      SS_ALLOC(ctx, msk, (size_t)(R * C), "live prototypes")))
+  if (st == SS_OK &&
+      (SS_ALLOC(ctx, ids, (size_t)R, "live prototypes") || SS_ALLOC(ctx, cen, (size_t)(R * D), "live prototypes") ||
+       SS_ALLOC(ctx, msk, (size_t)(R * C), "live prototypes")))
     st = SS_ERR_NOMEM;
   for (int64_t u = 0, r = 0; st == SS_OK && u < K; r += fill[u], u++) {
     for (int64_t p = 0; p < fill[u]; p++) ids[r + p] = out->unit_id[u];
@@ -305,8 +309,8 @@ static ss_status twin_reference(ss_ctx *ctx, const ss_live_twin_input *in, const
   out->n_ref = (out->n_matched + out->ref_stride - 1) / out->ref_stride;
   size_t m = (size_t)(out->n_ref > 0 ? out->n_ref : 1);
   if (SS_ALLOC(ctx, out->ref_features, m * D, "live reference set") ||
-      SS_ALLOC(ctx, out->ref_masks, m * C, "live reference set") || SS_ALLOC(ctx, out->ref_labels, m, "live reference set") ||
-      SS_ALLOC(ctx, out->ref_times, m, "live reference set"))
+      SS_ALLOC(ctx, out->ref_masks, m * C, "live reference set") ||
+      SS_ALLOC(ctx, out->ref_labels, m, "live reference set") || SS_ALLOC(ctx, out->ref_times, m, "live reference set"))
     return SS_ERR_NOMEM;
   int64_t seen = 0, r = 0;
   for (int64_t i = 0; i < in->causal.n && r < out->n_ref; i++) {
@@ -346,8 +350,9 @@ ss_status ss_live_twin_build(ss_ctx *ctx, const ss_live_twin_input *in, ss_live_
   if (st == SS_OK)
     st = ss_live_match(ctx, &in->causal, &in->offline, in->graph, out->offset, in->tolerance, match, &out->n_matched);
   if (st == SS_OK && out->n_matched == 0)
-    st = ss_fail(ctx, SS_ERR_INPUT, "live twin: none of the %" PRId64 " causal spikes matches one of the %" PRId64
-                 " offline spikes", in->causal.n, in->offline.n);
+    st = ss_fail(ctx, SS_ERR_INPUT,
+                 "live twin: none of the %" PRId64 " causal spikes matches one of the %" PRId64 " offline spikes",
+                 in->causal.n, in->offline.n);
   if (st == SS_OK) st = twin_units(ctx, in, match, max_id, slot, out);
   if (st == SS_OK) st = twin_means(ctx, in, match, slot, out);
   if (st == SS_OK) st = twin_prototypes(ctx, in, match, slot, out);
@@ -422,9 +427,15 @@ static void take_arrays(ss_model_live_data *d, ss_live_model *m) {
   m->join_size = d->join_size;
   m->uv_per_step = d->uv_per_step;
   m->offset_uv = d->offset_uv;
-  m->thresholds = (ss_thresholds){.n_channels = d->n_channels, .polarity = d->polarity, .sigma = d->sigma,
-                                  .weak = d->weak, .strong = d->strong};
-  m->pca = (ss_pca){.n_channels = d->n_channels, .n_wave = d->n_wave, .n_pcs = d->n_pcs, .basis = d->pca_basis,
+  m->thresholds = (ss_thresholds){.n_channels = d->n_channels,
+                                  .polarity = d->polarity,
+                                  .sigma = d->sigma,
+                                  .weak = d->weak,
+                                  .strong = d->strong};
+  m->pca = (ss_pca){.n_channels = d->n_channels,
+                    .n_wave = d->n_wave,
+                    .n_pcs = d->n_pcs,
+                    .basis = d->pca_basis,
                     .eigenvalues = d->pca_eigenvalues};
   m->k = d->k;
   m->unit_id = d->unit_id;

@@ -30,20 +30,25 @@ extern "C" {
 typedef struct {
   double rate_hz;
   int n_channels, n_pcs, n_wave, n_before, n_after, polarity, join_size;
-  double *uv_per_step; double offset_uv;   /* int16 → µV */
-  ss_filter filter;                        /* /live/filter (older models: /filter), run causally */
-  ss_thresholds thresholds;                /* causal σ / weak / strong */
-  ss_detect_graph graph;                   /* from /probe (use = connected) */
-  ss_pca pca;                              /* causal basis */
-  int64_t k;                               /* centroid rows (a unit may have several: prototypes) */
-  int32_t *unit_id;                        /* [k] the offline sort's cluster ids, non-decreasing */
-  float *centroid;                         /* [k × C·P] mean causal feature vector */
-  float *mean_mask;                        /* [k × C] */
-  int64_t n_ref;                           /* causal KNN reference set */
-  float *ref_features; float *ref_masks; int32_t *ref_labels; int64_t *ref_times;
+  double *uv_per_step;
+  double offset_uv;         /* int16 → µV */
+  ss_filter filter;         /* /live/filter (older models: /filter), run causally */
+  ss_thresholds thresholds; /* causal σ / weak / strong */
+  ss_detect_graph graph;    /* from /probe (use = connected) */
+  ss_pca pca;               /* causal basis */
+  int64_t k;                /* centroid rows (a unit may have several: prototypes) */
+  int32_t *unit_id;         /* [k] the offline sort's cluster ids, non-decreasing */
+  float *centroid;          /* [k × C·P] mean causal feature vector */
+  float *mean_mask;         /* [k × C] */
+  int64_t n_ref;            /* causal KNN reference set */
+  float *ref_features;
+  float *ref_masks;
+  int32_t *ref_labels;
+  int64_t *ref_times;
 } ss_live_model;
 
-ss_status ss_live_model_load(ss_ctx *ctx, const char *path, ss_live_model *m);  /* validates everything, names file/field/value (io/model_h5.h) */
+ss_status ss_live_model_load(ss_ctx *ctx, const char *path,
+                             ss_live_model *m); /* validates everything, names file/field/value (io/model_h5.h) */
 void ss_live_model_free(ss_live_model *m);
 
 /* ---- the builder used by `sort` ------------------------------------------------------------------ */
@@ -69,8 +74,7 @@ ss_status ss_live_time_offset(ss_ctx *ctx, const ss_live_spike_times *causal, co
  * tolerance samples of (causal time − offset) and whose peak channel is equal or adjacent; −1 when
  * none. Ties go to the earlier offline spike. *n_matched counts the matches. */
 ss_status ss_live_match(ss_ctx *ctx, const ss_live_spike_times *causal, const ss_live_spike_times *offline,
-                        const ss_detect_graph *g, double offset, double tolerance, int64_t *match,
-                        int64_t *n_matched);
+                        const ss_detect_graph *g, double offset, double tolerance, int64_t *match, int64_t *n_matched);
 
 /* Threshold calibration. `candidates` come from a causal detection at a lowered strong threshold
  * (weak unchanged, so the components are those of any higher strong threshold); strength[i] is the
@@ -92,14 +96,14 @@ ss_status ss_live_calibrate(ss_ctx *ctx, const ss_live_spike_times *candidates, 
 
 /* The twin, as `sort` writes it. */
 typedef struct {
-  double offset;      /* time_offset_samples: median causal − offline (samples) */
+  double offset;                   /* time_offset_samples: median causal − offline (samples) */
   ss_live_calibration calibration; /* set by the caller (sort), written to /live */
   int64_t n_causal, n_matched;
-  int64_t k;          /* centroid rows: prototypes of the units with matched causal spikes (noise 0 included) */
-  int64_t n_units;    /* those units */
-  int32_t *unit_id;   /* [k] non-decreasing: a unit's prototypes are consecutive rows */
-  float *centroid;    /* [k × D] */
-  float *mean_mask;   /* [k × C] */
+  int64_t k;        /* centroid rows: prototypes of the units with matched causal spikes (noise 0 included) */
+  int64_t n_units;  /* those units */
+  int32_t *unit_id; /* [k] non-decreasing: a unit's prototypes are consecutive rows */
+  float *centroid;  /* [k × D] */
+  float *mean_mask; /* [k × C] */
   int64_t n_ref, ref_stride;
   float *ref_features, *ref_masks;
   int32_t *ref_labels;

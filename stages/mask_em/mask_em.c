@@ -109,12 +109,14 @@ static ss_status log_push(ss_ctx *ctx, em_run *r, const ss_mask_em_iter_log *e) 
   }
   res->log[res->n_log++] = *e;
   if (e->step == SS_EM_STEP_FULL)
-    ss_log_info(ctx, "masked EM: iteration %" PRId64 ": score %.6f, %" PRId64 " clusters, %" PRId64 " changed, %" PRId64
-                     " deleted, %" PRId64 " Cholesky failures, %.3f s",
+    ss_log_info(ctx,
+                "masked EM: iteration %" PRId64 ": score %.6f, %" PRId64 " clusters, %" PRId64 " changed, %" PRId64
+                " deleted, %" PRId64 " Cholesky failures, %.3f s",
                 e->iteration, e->score, e->n_clusters, e->changed, e->deletions, e->chol_failures, e->seconds);
   else
-    ss_log_info(ctx, "masked EM: iteration %" PRId64 ": split round: %" PRId64 " tried, %" PRId64
-                     " accepted, score %.6f, %" PRId64 " clusters, %.3f s",
+    ss_log_info(ctx,
+                "masked EM: iteration %" PRId64 ": split round: %" PRId64 " tried, %" PRId64
+                " accepted, score %.6f, %" PRId64 " clusters, %.3f s",
                 e->iteration, e->splits_tried, e->splits_accepted, e->score, e->n_clusters, e->seconds);
   return SS_OK;
 }
@@ -159,8 +161,13 @@ static ss_status full_iteration(ss_ctx *ctx, em_run *r, int64_t it, ss_mask_em_i
   res->t_cstep_s += t3 - t2;
   res->n_deletions += deleted;
   res->n_chol_failures += st->n_chol_fail;
-  *e = (ss_mask_em_iter_log){.iteration = it, .step = SS_EM_STEP_FULL, .score = score, .n_clusters = live_clusters(st),
-                             .changed = changed, .deletions = deleted, .chol_failures = st->n_chol_fail,
+  *e = (ss_mask_em_iter_log){.iteration = it,
+                             .step = SS_EM_STEP_FULL,
+                             .score = score,
+                             .n_clusters = live_clusters(st),
+                             .changed = changed,
+                             .deletions = deleted,
+                             .chol_failures = st->n_chol_fail,
                              .seconds = t3 - t0};
   return log_push(ctx, r, e);
 }
@@ -183,8 +190,13 @@ static ss_status split_step(ss_ctx *ctx, em_run *r, int64_t it, const ss_mask_em
   res->t_split_s += ss_now() - t0;
   res->n_splits_tried += tried;
   res->n_splits_accepted += *accepted;
-  ss_mask_em_iter_log e = {.iteration = it, .step = SS_EM_STEP_SPLIT, .score = ref, .n_clusters = live_clusters(&r->st),
-                           .splits_tried = tried, .splits_accepted = *accepted, .seconds = ss_now() - t0};
+  ss_mask_em_iter_log e = {.iteration = it,
+                           .step = SS_EM_STEP_SPLIT,
+                           .score = ref,
+                           .n_clusters = live_clusters(&r->st),
+                           .splits_tried = tried,
+                           .splits_accepted = *accepted,
+                           .seconds = ss_now() - t0};
   return log_push(ctx, r, &e);
 }
 
@@ -233,14 +245,17 @@ static ss_status cpu_seen_before(ss_ctx *ctx, void *self, int *seen) {
   *seen = seen_before(self);
   return SS_OK;
 }
-static ss_status cpu_split_step(ss_ctx *ctx, void *self, int64_t it, const ss_mask_em_iter_log *full,
-                                int64_t *accepted, double *score) {
+static ss_status cpu_split_step(ss_ctx *ctx, void *self, int64_t it, const ss_mask_em_iter_log *full, int64_t *accepted,
+                                double *score) {
   return split_step(ctx, self, it, full, accepted, score);
 }
 
 static ss_status iterate(ss_ctx *ctx, em_run *r) {
-  ss_em_driver d = {.self = r, .full_iteration = cpu_full_iteration, .seen_before = cpu_seen_before,
-                    .split_step = cpu_split_step, .n = r->st.n};
+  ss_em_driver d = {.self = r,
+                    .full_iteration = cpu_full_iteration,
+                    .seen_before = cpu_seen_before,
+                    .split_step = cpu_split_step,
+                    .n = r->st.n};
   return ss_em_drive(ctx, r->st.opts, &d, r->res);
 }
 

@@ -14,7 +14,7 @@
 namespace ss_em_cuda {
 namespace {
 
-constexpr int SUB_CYCLE_WINDOW = 64;       /* as the CPU's split sub-problems */
+constexpr int SUB_CYCLE_WINDOW = 64; /* as the CPU's split sub-problems */
 constexpr int64_t MAX_HISTORY = 1000000;
 
 /* ---- data ---------------------------------------------------------------------------------------- */
@@ -170,12 +170,14 @@ ss_status log_push(gpu_run &r, const ss_mask_em_iter_log &e) {
   }
   res->log[res->n_log++] = e;
   if (e.step == SS_EM_STEP_FULL)
-    ss_log_info(r.ctx, "masked EM (cuda): iteration %" PRId64 ": score %.6f, %" PRId64 " clusters, %" PRId64
-                       " changed, %" PRId64 " deleted, %" PRId64 " Cholesky failures, %.4f s",
+    ss_log_info(r.ctx,
+                "masked EM (cuda): iteration %" PRId64 ": score %.6f, %" PRId64 " clusters, %" PRId64
+                " changed, %" PRId64 " deleted, %" PRId64 " Cholesky failures, %.4f s",
                 e.iteration, e.score, e.n_clusters, e.changed, e.deletions, e.chol_failures, e.seconds);
   else
-    ss_log_info(r.ctx, "masked EM (cuda): iteration %" PRId64 ": split round: %" PRId64 " tried, %" PRId64
-                       " accepted, score %.6f, %" PRId64 " clusters, %.3f s",
+    ss_log_info(r.ctx,
+                "masked EM (cuda): iteration %" PRId64 ": split round: %" PRId64 " tried, %" PRId64
+                " accepted, score %.6f, %" PRId64 " clusters, %.3f s",
                 e.iteration, e.splits_tried, e.splits_accepted, e.score, e.n_clusters, e.seconds);
   return SS_OK;
 }
@@ -200,7 +202,8 @@ ss_status full_iteration(ss_ctx *ctx, prob &p, int64_t it, ss_mask_em_iter_log *
   SS_TRY(score(ctx, p, &sc, &live));
   double t3 = ss_now();
   if (!std::isfinite(sc))
-    return ss_fail(ctx, SS_ERR_INTERNAL, "masked EM (cuda): iteration %" PRId64 ": the score is not finite (%g)", it, sc);
+    return ss_fail(ctx, SS_ERR_INTERNAL, "masked EM (cuda): iteration %" PRId64 ": the score is not finite (%g)", it,
+                   sc);
   if (res) {
     res->t_mstep_s += t1 - t0;
     res->t_estep_s += t2 - t1;
@@ -281,7 +284,8 @@ ss_status try_split(ss_ctx *ctx, gpu_run &r, int64_t c, const int32_t *pts, int6
                     double *sc) {
   prob &st = r.st, &tr = r.trial;
   int64_t k = st.k, changed;
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(tr.labels, st.labels, sizeof(int32_t) * (size_t)st.n, cudaMemcpyDeviceToDevice, st.s));
+  SS_CUDA_TRY(ctx,
+              cudaMemcpyAsync(tr.labels, st.labels, sizeof(int32_t) * (size_t)st.n, cudaMemcpyDeviceToDevice, st.s));
   tr.k = 0;
   SS_TRY(set_k(ctx, tr, k + 1));
   k_apply_half<<<blocks(n_c, PT_THREADS), PT_THREADS, 0, st.s>>>(pts, half, n_c, (int32_t)c, (int32_t)k, tr.labels);
@@ -320,8 +324,8 @@ ss_status split_round(ss_ctx *ctx, gpu_run &r, int64_t round, double *reference,
       std::swap(r.st, r.trial);
       *reference = sc;
       (*accepted)++;
-      ss_log_debug(ctx, "masked EM (cuda): split of cluster %lld accepted (S1 %.6f, S2 %.6f, score %.6f)",
-                   (long long)c, res[c].s1, res[c].s2, sc);
+      ss_log_debug(ctx, "masked EM (cuda): split of cluster %lld accepted (S1 %.6f, S2 %.6f, score %.6f)", (long long)c,
+                   res[c].s1, res[c].s2, sc);
     }
   }
   return SS_OK;
@@ -424,9 +428,10 @@ ss_status fit(ss_ctx *ctx, const ss_backend *be, gpu_run &r, const float *x, con
   res->start_clusters = k;
   ss_log_info(ctx, "masked EM (cuda, %s): %" PRId64 " points x %" PRId64 " features, %" PRId64 " starting clusters",
               be->gpu.name, n, d, k);
-  ss_log_debug(ctx, "masked EM (cuda): block part %s (%" PRId64 " points per block, %zu bytes of shared memory, at most %" PRId64
-               " unmasked features per point)", r.st.q_threads ? "sparse" : "warp-union", r.st.q_threads, r.st.q_smem,
-               r.dd.max_nnz);
+  ss_log_debug(ctx,
+               "masked EM (cuda): block part %s (%" PRId64
+               " points per block, %zu bytes of shared memory, at most %" PRId64 " unmasked features per point)",
+               r.st.q_threads ? "sparse" : "warp-union", r.st.q_threads, r.st.q_smem, r.dd.max_nnz);
   SS_TRY(iterate(ctx, r));
   ss_status cs;
   compact(r.st, ctx, &cs);
@@ -473,8 +478,8 @@ double elapsed(cudaEvent_t a, cudaEvent_t b) {
   return ms * 1e-3;
 }
 
-}  // namespace
-}  // namespace ss_em_cuda
+} // namespace
+} // namespace ss_em_cuda
 
 using namespace ss_em_cuda;
 
@@ -504,9 +509,10 @@ extern "C" ss_status ss_mask_em_cuda_trace(ss_ctx *ctx, const ss_backend *be, co
     ss_status cs;
     compact(p, ctx, &cs);
     s = cs;
-    if (s == SS_OK) s = cudaMemcpy(p.prev, p.labels, sizeof(int32_t) * (size_t)p.n, cudaMemcpyDeviceToDevice) == cudaSuccess
-                            ? SS_OK
-                            : ss_fail(ctx, SS_ERR_DEVICE, "CUDA: trace copy failed");
+    if (s == SS_OK)
+      s = cudaMemcpy(p.prev, p.labels, sizeof(int32_t) * (size_t)p.n, cudaMemcpyDeviceToDevice) == cudaSuccess
+              ? SS_OK
+              : ss_fail(ctx, SS_ERR_DEVICE, "CUDA: trace copy failed");
     if (s == SS_OK) s = mstep(ctx, p);
     if (s == SS_OK) s = snapshot(ctx, p, data->nu, &snap[it]);
     if (s == SS_OK) s = estep(ctx, p);
@@ -536,7 +542,8 @@ extern "C" ss_status ss_mask_em_cuda_profile_iteration(ss_ctx *ctx, const ss_bac
   for (auto &e : tm.ev) cudaEventCreate(&e);
   std::vector<ss_mask_em_cuda_profile> runs;
   for (int rep = 0; s == SS_OK && rep < (reps > 0 ? reps : 1); rep++) {
-    if (s == SS_OK && cudaMemcpyAsync(p.labels, start, sizeof(int32_t) * (size_t)p.n, cudaMemcpyHostToDevice, p.s) != cudaSuccess)
+    if (s == SS_OK &&
+        cudaMemcpyAsync(p.labels, start, sizeof(int32_t) * (size_t)p.n, cudaMemcpyHostToDevice, p.s) != cudaSuccess)
       s = ss_fail(ctx, SS_ERR_DEVICE, "CUDA: profile upload failed");
     p.k = k;
     if (s != SS_OK || cudaStreamSynchronize(p.s) != cudaSuccess) break;

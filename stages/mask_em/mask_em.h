@@ -47,13 +47,13 @@ typedef struct {
   int64_t num_starting_clusters; /* K0, noise included (the fast preset's value when fast) */
   int start;                     /* ss_em_start */
   int64_t max_iterations;
-  int fast;                      /* the fast preset's stopping rule */
+  int fast; /* the fast preset's stopping rule */
   double fast_change_fraction, fast_score_delta;
   int quick_steps;
   double dist_thresh;
   double noise_var_floor_rel, noise_var_floor_abs;
   uint64_t seed;
-  int gpu_block_kernel;          /* ss_em_block_kernel: the GPU E-step's block-part kernel (tests) */
+  int gpu_block_kernel;        /* ss_em_block_kernel: the GPU E-step's block-part kernel (tests) */
   const int32_t *start_labels; /* start == SS_EM_START_CLU: N labels, 0 = noise, c ≥ 1 Gaussian */
 } ss_mask_em_opts;
 
@@ -64,14 +64,14 @@ void ss_mask_em_opts_from_params(ss_mask_em_opts *o, const ss_params *p);
 
 typedef struct {
   int64_t n, d, nnz;
-  int64_t *row;   /* [n + 1]: point p's unmasked entries are row[p] .. row[p + 1] − 1 */
-  int32_t *feat;  /* [nnz] feature ids, increasing within a point */
-  float *y;       /* [nnz] corrected data m·x + (1 − m)·ν, x normalised to [0, 1] */
-  float *eta;     /* [nnz] excess variance m(1 − m)(x − ν)² + (1 − m)σ² */
-  float *mask;    /* [nnz] m (> 0) */
-  double *kp;     /* [n] penalty parameter count k_p = n_p(n_p + 1)/2 + n_p + 1, n_p = Σ_i m_pi */
-  double *nu;     /* [d] noise mean ν_i */
-  double *sigma2; /* [d] noise variance σ_i² (floored) */
+  int64_t *row;            /* [n + 1]: point p's unmasked entries are row[p] .. row[p + 1] − 1 */
+  int32_t *feat;           /* [nnz] feature ids, increasing within a point */
+  float *y;                /* [nnz] corrected data m·x + (1 − m)·ν, x normalised to [0, 1] */
+  float *eta;              /* [nnz] excess variance m(1 − m)(x − ν)² + (1 − m)σ² */
+  float *mask;             /* [nnz] m (> 0) */
+  double *kp;              /* [n] penalty parameter count k_p = n_p(n_p + 1)/2 + n_p + 1, n_p = Σ_i m_pi */
+  double *nu;              /* [d] noise mean ν_i */
+  double *sigma2;          /* [d] noise variance σ_i² (floored) */
   double *x_min, *x_range; /* [d] normalisation (x − min)/range; range 0 maps to 0 */
   int64_t n_constant;      /* features with zero range */
   int64_t n_floored;       /* features whose noise variance was floored */
@@ -95,21 +95,21 @@ typedef struct {
 
 typedef struct {
   int64_t k, k_cap, d;
-  int64_t *count;      /* [k] N_c */
-  int8_t *alive;       /* [k] 1: fitted and its Cholesky succeeded; noise: 1 when it takes part */
-  double *weight;      /* [k] π_c */
-  double *kp_sum;      /* [k] Σ k_p over the cluster's points */
-  double *mean;        /* [k × d] μ_c (noise row: ν) */
-  double *diag;        /* [k × d] δ_c on M_c; B_c,ii on U_c */
-  int32_t *n_u;        /* [k] u_c = |U_c| */
-  int32_t *u_feat;     /* [k × d] U_c's features, increasing (first n_u valid) */
-  int64_t *block_off;  /* [k] offset of cluster c's u_c × u_c matrices in block / block_inv */
-  double *block;       /* B_c, row-major, packed */
-  double *block_inv;   /* B_c⁻¹ (after the E-step's Cholesky) */
+  int64_t *count;     /* [k] N_c */
+  int8_t *alive;      /* [k] 1: fitted and its Cholesky succeeded; noise: 1 when it takes part */
+  double *weight;     /* [k] π_c */
+  double *kp_sum;     /* [k] Σ k_p over the cluster's points */
+  double *mean;       /* [k × d] μ_c (noise row: ν) */
+  double *diag;       /* [k × d] δ_c on M_c; B_c,ii on U_c */
+  int32_t *n_u;       /* [k] u_c = |U_c| */
+  int32_t *u_feat;    /* [k × d] U_c's features, increasing (first n_u valid) */
+  int64_t *block_off; /* [k] offset of cluster c's u_c × u_c matrices in block / block_inv */
+  double *block;      /* B_c, row-major, packed */
+  double *block_inv;  /* B_c⁻¹ (after the E-step's Cholesky) */
   int64_t block_cap;
-  double *offset;      /* [k × d] a = μ_c − ν = (Σ_p (y_p − ν))/(N_c + P), kept exactly */
-  double *log_det;     /* [k] log det Σ_c */
-  double *base;        /* [k] 2 × the part of cost(p, c) that does not depend on p */
+  double *offset;        /* [k × d] a = μ_c − ν = (Σ_p (y_p − ν))/(N_c + P), kept exactly */
+  double *log_det;       /* [k] log det Σ_c */
+  double *base;          /* [k] 2 × the part of cost(p, c) that does not depend on p */
   ss_mask_em_coef *coef; /* [k × d] */
 } ss_mask_em_model;
 
@@ -120,22 +120,22 @@ typedef struct {
   const ss_mask_em_opts *opts;
   const int64_t *points; /* problem point j → data point; NULL: the identity (main problem) */
   int64_t n;
-  int has_noise;  /* 0 in split sub-problems: no noise cluster, Q not counted */
-  double log_n;   /* ln(n) of the penalty */
-  int n_threads;  /* for the OpenMP regions of this problem */
+  int has_noise; /* 0 in split sub-problems: no noise cluster, Q not counted */
+  double log_n;  /* ln(n) of the penalty */
+  int n_threads; /* for the OpenMP regions of this problem */
   /* state */
-  int32_t *labels;       /* [n] current class */
-  double *cost;          /* [n] cost of the current class (C-step: best; deletion: second best) */
+  int32_t *labels;        /* [n] current class */
+  double *cost;           /* [n] cost of the current class (C-step: best; deletion: second best) */
   int32_t *best, *second; /* [n] C-step output (second = −1 when no finite second) */
-  double *cost1, *cost2; /* [n] */
-  int64_t *order;        /* [n] points grouped by label (stable), for the per-cluster passes */
-  int64_t *group;        /* [k_cap + 1] group starts in order */
+  double *cost1, *cost2;  /* [n] */
+  int64_t *order;         /* [n] points grouped by label (stable), for the per-cluster passes */
+  int64_t *group;         /* [k_cap + 1] group starts in order */
   ss_mask_em_model model;
-  double *scratch;       /* per-thread scratch */
+  double *scratch; /* per-thread scratch */
   size_t scratch_per_thread;
-  int32_t *iscratch;     /* per-thread integer scratch */
+  int32_t *iscratch; /* per-thread integer scratch */
   size_t iscratch_per_thread;
-  int64_t n_chol_fail;   /* clusters removed by the last E-step (Cholesky or variance failure) */
+  int64_t n_chol_fail; /* clusters removed by the last E-step (Cholesky or variance failure) */
 } ss_mask_em_state;
 
 /* A problem over `points` (NULL: all data points); k_cap: initial cluster capacity (grows). */
@@ -175,8 +175,8 @@ void ss_mask_em_group(ss_mask_em_state *st);
 /* ---- starts ------------------------------------------------------------------------------------ */
 
 /* Mask-pattern start (distinct mask patterns in a seeded order): labels[n] in 1..K−1, *k = K (noise included). */
-ss_status ss_mask_em_start_masks(ss_ctx *ctx, const ss_mask_em_data *data, int64_t k0, uint64_t seed,
-                                 int32_t *labels, int64_t *k);
+ss_status ss_mask_em_start_masks(ss_ctx *ctx, const ss_mask_em_data *data, int64_t k0, uint64_t seed, int32_t *labels,
+                                 int64_t *k);
 
 /* ---- the whole fit ----------------------------------------------------------------------------- */
 
@@ -184,29 +184,29 @@ typedef enum { SS_EM_STEP_FULL = 'F', SS_EM_STEP_SPLIT = 'S' } ss_mask_em_step_k
 
 typedef struct {
   int64_t iteration;
-  char step;            /* ss_mask_em_step_kind */
+  char step; /* ss_mask_em_step_kind */
   double score;
-  int64_t n_clusters;   /* noise included */
-  int64_t changed;      /* points whose label changed (C-step + deletion) */
+  int64_t n_clusters; /* noise included */
+  int64_t changed;    /* points whose label changed (C-step + deletion) */
   int64_t deletions, chol_failures;
   int64_t splits_tried, splits_accepted;
-  double seconds;       /* wall time of the step */
+  double seconds; /* wall time of the step */
 } ss_mask_em_iter_log;
 
 typedef enum {
   SS_EM_STOP_CONVERGED = 0, /* no change and no split accepted */
   SS_EM_STOP_CYCLE,         /* a labelling repeated */
   SS_EM_STOP_MAX_ITER,
-  SS_EM_STOP_FAST           /* the fast preset's criterion */
+  SS_EM_STOP_FAST /* the fast preset's criterion */
 } ss_mask_em_stop;
 
 typedef struct {
   int64_t n, d;
-  int32_t *labels;       /* [n]: 0 = noise, Gaussian clusters 1..n_clusters−1 (all non-empty) */
-  int64_t n_clusters;    /* noise included */
+  int32_t *labels;    /* [n]: 0 = noise, Gaussian clusters 1..n_clusters−1 (all non-empty) */
+  int64_t n_clusters; /* noise included */
   double score;
   int64_t n_iterations;
-  int stop;              /* ss_mask_em_stop */
+  int stop; /* ss_mask_em_stop */
   int64_t start_clusters;
   ss_mask_em_iter_log *log;
   int64_t n_log;
@@ -226,8 +226,8 @@ void ss_mask_em_result_free(ss_mask_em_result *res);
 
 /* The whole fit on the device: preprocessing and the start on the host (once), then every step on
  * the device with the data resident; per-iteration scalars and per-cluster vectors come back. */
-ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n,
-                              int64_t d, const ss_mask_em_opts *o, ss_mask_em_result *res);
+ss_status ss_mask_em_fit_cuda(ss_ctx *ctx, const ss_backend *be, const float *x, const float *m, int64_t n, int64_t d,
+                              const ss_mask_em_opts *o, ss_mask_em_result *res);
 
 /* The model after an M-step, copied from the device, for comparison with the CPU's model. */
 typedef struct {

@@ -40,9 +40,9 @@
 
 namespace ss_em_cuda {
 
-constexpr int64_t MSTEP_CHUNK = 512;       /* points per M-step partial (fixed: deterministic) */
-constexpr int PT_THREADS = 256;            /* per-point kernels */
-constexpr unsigned FULL = 0xffffffffu;     /* every lane of a warp */
+constexpr int64_t MSTEP_CHUNK = 512;   /* points per M-step partial (fixed: deterministic) */
+constexpr int PT_THREADS = 256;        /* per-point kernels */
+constexpr unsigned FULL = 0xffffffffu; /* every lane of a warp */
 
 /* 32-bit words of a feature bitmask */
 __host__ __device__ inline int64_t words(int64_t d) { return (d + 31) / 32; }
@@ -156,6 +156,6 @@ ss_status quad_opt_in(ss_ctx *ctx, const prob &p);
 ss_status estep(ss_ctx *ctx, prob &p);
 ss_status cstep(ss_ctx *ctx, prob &p, int64_t *changed, int64_t *unassigned);
 
-}  // namespace ss_em_cuda
+} // namespace ss_em_cuda
 
 #endif

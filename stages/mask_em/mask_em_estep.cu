@@ -8,15 +8,15 @@
 namespace ss_em_cuda {
 namespace {
 
-constexpr int CHOL_THREADS = 128;          /* one block per cluster */
-constexpr int QUAD_THREADS = 64;           /* warp-union block-part kernel (fallback): one point per thread */
-constexpr int SPARSE_THREADS = 128;        /* sparse block-part kernel: points per block (at most) */
-constexpr int SPARSE_MIN_THREADS = 32;     /* ... and at least (one warp) */
-constexpr int SPARSE_TILE = 8;             /* entries of a point held in registers per pass (ILP) */
+constexpr int CHOL_THREADS = 128;                 /* one block per cluster */
+constexpr int QUAD_THREADS = 64;                  /* warp-union block-part kernel (fallback): one point per thread */
+constexpr int SPARSE_THREADS = 128;               /* sparse block-part kernel: points per block (at most) */
+constexpr int SPARSE_MIN_THREADS = 32;            /* ... and at least (one warp) */
+constexpr int SPARSE_TILE = 8;                    /* entries of a point held in registers per pass (ILP) */
 constexpr size_t SPARSE_SMEM_TARGET = 112 * 1024; /* bytes per block: two blocks per SM on sm_90 */
-constexpr int STAGE_BATCH = 8;             /* loads in flight per thread when staging B_c⁻¹ */
-constexpr int SPARSE_WAVES = 8;            /* blocks wanted per SM before clusters are split over blocks */
-constexpr size_t DEFAULT_SMEM_LIMIT = 48 * 1024; /* dynamic shared memory without the opt-in attribute */
+constexpr int STAGE_BATCH = 8;                    /* loads in flight per thread when staging B_c⁻¹ */
+constexpr int SPARSE_WAVES = 8;                   /* blocks wanted per SM before clusters are split over blocks */
+constexpr size_t DEFAULT_SMEM_LIMIT = 48 * 1024;  /* dynamic shared memory without the opt-in attribute */
 
 __device__ inline void keep_two(int32_t c, double cost, int32_t &b1, double &c1, int32_t &b2, double &c2) {
   if (cost < c1) {
@@ -39,10 +39,10 @@ struct eparams {
  * block-part kernel), then the GEMM coefficients
  * coef[c] = [h | w | g] (h = diag Σ⁻¹; w = 1/δ on M_c, 0 on U_c; g = the linear coefficient) and
  * base_c. On failure the cluster is marked not alive and counted. */
-__global__ void k_factor(int64_t k, const int32_t *n_u, const int32_t *u_feat, const double *block, const double *offset,
-                         const double *diag, const double *s2, const double *weight, eparams ep, int8_t *alive,
-                         double *Lw, double *Ww, double *binv, double *tri, int16_t *posg, double *coef, double *base,
-                         unsigned long long *n_fail) {
+__global__ void k_factor(int64_t k, const int32_t *n_u, const int32_t *u_feat, const double *block,
+                         const double *offset, const double *diag, const double *s2, const double *weight, eparams ep,
+                         int8_t *alive, double *Lw, double *Ww, double *binv, double *tri, int16_t *posg, double *coef,
+                         double *base, unsigned long long *n_fail) {
   extern __shared__ double sh[]; /* v[d], then pos[d] as ints */
   int64_t c = blockIdx.x, d = ep.d, u = n_u[c];
   if (c == 0 || c >= k || !alive[c]) return;
@@ -142,8 +142,7 @@ __global__ void k_factor(int64_t k, const int32_t *n_u, const int32_t *u_feat, c
  * bitmask; a skipped row or column adds exactly 0). With perm = the label order, the lanes are
  * points of one cluster with similar masks and that set is small for most clusters. */
 __global__ void k_quad(const double *X, const uint32_t *pm, const int32_t *perm, int64_t r0, int64_t rows, int64_t d,
-                       const int8_t *alive, const int32_t *n_u, const uint32_t *u_bits, const double *binv,
-                       double *C) {
+                       const int8_t *alive, const int32_t *n_u, const uint32_t *u_bits, const double *binv, double *C) {
   extern __shared__ double rs[]; /* [active][QUAD_THREADS], then the warps' position lists [warps][d] */
   int64_t c = blockIdx.y, u = n_u[c];
   if (c == 0 || !alive[c] || u == 0) return;
@@ -376,11 +375,12 @@ void launch_sparse(prob &p, const int32_t *perm, int64_t r0, int64_t rows) {
   int64_t per = (k + groups - 1) / groups;
   groups = (k + per - 1) / per;
   quadparams qp = {r0, rows, p.d, p.e_cap, k, per};
-  k_quad_sparse<SPARSE_TILE><<<dim3((unsigned)tiles, (unsigned)groups), (unsigned)t, p.q_smem, p.s>>>(
-      p.X, p.pm, perm, qp, p.alive, p.n_u, p.tri, p.posg, p.C);
+  k_quad_sparse<SPARSE_TILE>
+      <<<dim3((unsigned)tiles, (unsigned)groups), (unsigned)t, p.q_smem, p.s>>>(p.X, p.pm, perm, qp, p.alive, p.n_u,
+                                                                                p.tri, p.posg, p.C);
 }
 
-}  // namespace
+} // namespace
 
 /* Plan the sparse block-part kernel for points with at most e_cap unmasked features: the largest
  * power-of-two block (≤ SPARSE_THREADS points) whose shared memory stays within SPARSE_SMEM_TARGET
@@ -423,9 +423,10 @@ ss_status estep(ss_ctx *ctx, prob &p) {
   int64_t k = p.k, d = p.d;
   SS_CUDA_TRY(ctx, cudaMemsetAsync(p.scal, 0, sizeof(unsigned long long) * 4, s));
   eparams ep = {d, (double)d * SS_EM_LOG_2PI};
-  k_factor<<<(unsigned)k, CHOL_THREADS, sizeof(double) * (size_t)(2 * d), s>>>(
-      k, p.n_u, p.u_feat, p.block, p.offset, p.diag, p.s2, p.weight, ep, p.alive, p.Lw, p.Ww, p.binv, p.tri, p.posg,
-      p.coef, p.base, p.scal);
+  k_factor<<<(unsigned)k, CHOL_THREADS, sizeof(double) * (size_t)(2 * d), s>>>(k, p.n_u, p.u_feat, p.block, p.offset,
+                                                                               p.diag, p.s2, p.weight, ep, p.alive,
+                                                                               p.Lw, p.Ww, p.binv, p.tri, p.posg,
+                                                                               p.coef, p.base, p.scal);
   SS_CUDA_TRY_LAUNCH(ctx, "E-step factorisation");
   mark(p);
   size_t quad_smem = quad_smem_bytes(d);
@@ -448,7 +449,7 @@ ss_status estep(ss_ctx *ctx, prob &p) {
     SS_CUDA_TRY_LAUNCH(ctx, "E-step block part");
     mark(p);
     k_select<<<blocks(rows, PT_THREADS), PT_THREADS, 0, s>>>(p.C, r0, rows, k, p.alive, p.base, p.weight, p.best,
-                                                            p.second, p.cost1, p.cost2);
+                                                             p.second, p.cost1, p.cost2);
     SS_CUDA_TRY_LAUNCH(ctx, "E-step selection");
     mark(p);
   }
@@ -472,4 +473,4 @@ ss_status cstep(ss_ctx *ctx, prob &p, int64_t *changed, int64_t *unassigned) {
   return SS_OK;
 }
 
-}  // namespace ss_em_cuda
+} // namespace ss_em_cuda

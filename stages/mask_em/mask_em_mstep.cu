@@ -7,8 +7,8 @@
 namespace ss_em_cuda {
 namespace {
 
-constexpr int STAT_THREADS = 128;          /* M-step stats: threads over features */
-constexpr int PAIR_THREADS = 256;          /* M-step block: threads over (x, y) pairs */
+constexpr int STAT_THREADS = 128; /* M-step stats: threads over features */
+constexpr int PAIR_THREADS = 256; /* M-step block: threads over (x, y) pairs */
 
 /* ---- M-step -------------------------------------------------------------------------------------- */
 
@@ -102,9 +102,9 @@ __global__ void k_mblock_part(const item *items, const int32_t *order, const dou
   }
 }
 
-__global__ void k_mblock_final(const int64_t *item_first, const double *part, const int64_t *count,
-                               const int8_t *alive, const int32_t *n_u, const double *offset, const double *diag,
-                               const int32_t *u_feat, mparams mp, double *block) {
+__global__ void k_mblock_final(const int64_t *item_first, const double *part, const int64_t *count, const int8_t *alive,
+                               const int32_t *n_u, const double *offset, const double *diag, const int32_t *u_feat,
+                               mparams mp, double *block) {
   int64_t c = blockIdx.x, d = mp.d, u = n_u[c];
   if (c == 0 || !alive[c] || u == 0) return;
   double nc = (double)count[c], P = mp.P, den = nc + P - 1.0, w = nc + 2.0 * P;
@@ -126,7 +126,7 @@ __global__ void k_mblock_final(const int64_t *item_first, const double *part, co
   }
 }
 
-}  // namespace
+} // namespace
 
 ss_status mstep(ss_ctx *ctx, prob &p) {
   SS_TRY(group(ctx, p));
@@ -154,21 +154,23 @@ ss_status mstep(ss_ctx *ctx, prob &p) {
   cudaStream_t s = p.s;
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.alive, p.alive_h.data(), (size_t)k, cudaMemcpyHostToDevice, s));
   SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.weight, p.weight_h.data(), sizeof(double) * (size_t)k, cudaMemcpyHostToDevice, s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.count_d, p.count_h.data(), sizeof(int64_t) * (size_t)k, cudaMemcpyHostToDevice, s));
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.item_first, first.data(), sizeof(int64_t) * (size_t)(k + 1), cudaMemcpyHostToDevice, s));
+  SS_CUDA_TRY(ctx,
+              cudaMemcpyAsync(p.count_d, p.count_h.data(), sizeof(int64_t) * (size_t)k, cudaMemcpyHostToDevice, s));
+  SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.item_first, first.data(), sizeof(int64_t) * (size_t)(k + 1),
+                                   cudaMemcpyHostToDevice, s));
   if (!it.empty())
     SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.items, it.data(), sizeof(item) * it.size(), cudaMemcpyHostToDevice, s));
   mparams mp = {o->prior_point, o->points_for_cluster_mask, d};
   unsigned ni = (unsigned)it.size();
   if (ni) k_mstat_part<<<ni, STAT_THREADS, 0, s>>>(p.items, p.order, p.X, p.kp, d, p.part_stat);
-  k_mstat_final<<<(unsigned)k, STAT_THREADS, sizeof(double) * (size_t)d, s>>>(
-      p.item_first, p.part_stat, p.count_d, p.alive, p.nu, p.s2, mp, p.offset, p.diag, p.n_u, p.u_feat, p.u_bits,
-      p.kp_sum);
+  k_mstat_final<<<(unsigned)k, STAT_THREADS, sizeof(double) * (size_t)d, s>>>(p.item_first, p.part_stat, p.count_d,
+                                                                              p.alive, p.nu, p.s2, mp, p.offset, p.diag,
+                                                                              p.n_u, p.u_feat, p.u_bits, p.kp_sum);
   if (ni) k_mblock_part<<<ni, PAIR_THREADS, 0, s>>>(p.items, p.order, p.X, p.alive, p.n_u, p.u_feat, d, p.part_block);
   k_mblock_final<<<(unsigned)k, PAIR_THREADS, 0, s>>>(p.item_first, p.part_block, p.count_d, p.alive, p.n_u, p.offset,
-                                                       p.diag, p.u_feat, mp, p.block);
+                                                      p.diag, p.u_feat, mp, p.block);
   SS_CUDA_TRY_LAUNCH(ctx, "M-step");
   return SS_OK;
 }
 
-}  // namespace ss_em_cuda
+} // namespace ss_em_cuda

@@ -58,8 +58,9 @@ static ss_status validate(ss_ctx *ctx, const float *x, const float *m, int64_t n
     for (int64_t i = 0; i < d; i++) {
       float v = x[p * d + i], w = m[p * d + i];
       if (!isfinite(v))
-        return ss_fail(ctx, SS_ERR_INPUT, "masked EM: features: point %" PRId64 ", feature %" PRId64 ": not finite (%g)",
-                       p + 1, i + 1, (double)v);
+        return ss_fail(ctx, SS_ERR_INPUT,
+                       "masked EM: features: point %" PRId64 ", feature %" PRId64 ": not finite (%g)", p + 1, i + 1,
+                       (double)v);
       if (!(w >= 0.0f && w <= 1.0f))
         return ss_fail(ctx, SS_ERR_INPUT, "masked EM: masks: point %" PRId64 ", feature %" PRId64 ": %g outside [0, 1]",
                        p + 1, i + 1, (double)w);
@@ -133,8 +134,9 @@ static int64_t noise_statistics(ss_ctx *ctx, const float *x, const float *m, con
     floored++;
   }
   if (floored)
-    ss_log_warn(ctx, "masked EM: noise variance floored on %" PRId64 " feature(s) (%s%s): never masked, or below "
-                     "max(%g x the feature variance, %g)",
+    ss_log_warn(ctx,
+                "masked EM: noise variance floored on %" PRId64 " feature(s) (%s%s): never masked, or below "
+                "max(%g x the feature variance, %g)",
                 floored, list, floored > FLOOR_WARN_SHOWN ? ", ..." : "", o->noise_var_floor_rel,
                 o->noise_var_floor_abs);
   return floored;
@@ -201,10 +203,10 @@ ss_status ss_mask_em_prepare(ss_ctx *ctx, const float *x, const float *m, int64_
 /* ---- mask-pattern starts ---------------------------------------------------------------------- */
 
 typedef struct {
-  int64_t words;     /* 64-bit words per pattern */
-  uint64_t *bits;    /* [n_patterns × words] in discovery order */
+  int64_t words;  /* 64-bit words per pattern */
+  uint64_t *bits; /* [n_patterns × words] in discovery order */
   int64_t n_patterns;
-  int64_t *table;    /* open addressing: pattern id or −1 */
+  int64_t *table; /* open addressing: pattern id or −1 */
   int64_t table_size;
 } pattern_set;
 

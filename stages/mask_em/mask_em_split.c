@@ -18,7 +18,7 @@
 
 typedef struct {
   double s1, s2;
-  int valid;     /* S2 has two non-empty halves and finite scores */
+  int valid; /* S2 has two non-empty halves and finite scores */
   ss_status st;
   char msg[256];
 } sub_result;

@@ -36,11 +36,11 @@ static void model_free(ss_mask_em_model *m) {
   memset(m, 0, sizeof(*m));
 }
 
-#define GROW(ptr, count, what)                                                              \
-  do {                                                                                      \
-    void *p_ = realloc((ptr), sizeof(*(ptr)) * (size_t)(count));                            \
+#define GROW(ptr, count, what) \
+  do { \
+    void *p_ = realloc((ptr), sizeof(*(ptr)) * (size_t)(count)); \
     if (!p_) return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for %s", (what)); \
-    (ptr) = p_;                                                                             \
+    (ptr) = p_; \
   } while (0)
 
 /* Capacity for k clusters (per-cluster arrays; the block pools grow in the M-step). */
@@ -115,10 +115,8 @@ ss_status ss_mask_em_state_init(ss_ctx *ctx, ss_mask_em_state *st, const ss_mask
   if (s == SS_OK) s = SS_ALLOC(ctx, st->cost1, nn, "masked EM best costs");
   if (s == SS_OK) s = SS_ALLOC(ctx, st->cost2, nn, "masked EM second costs");
   if (s == SS_OK) s = SS_ALLOC(ctx, st->order, nn, "masked EM point order");
-  if (s == SS_OK)
-    s = SS_ALLOC(ctx, st->scratch, st->scratch_per_thread * (size_t)st->n_threads, "masked EM scratch");
-  if (s == SS_OK)
-    s = SS_ALLOC(ctx, st->iscratch, st->iscratch_per_thread * (size_t)st->n_threads, "masked EM scratch");
+  if (s == SS_OK) s = SS_ALLOC(ctx, st->scratch, st->scratch_per_thread * (size_t)st->n_threads, "masked EM scratch");
+  if (s == SS_OK) s = SS_ALLOC(ctx, st->iscratch, st->iscratch_per_thread * (size_t)st->n_threads, "masked EM scratch");
   if (s == SS_OK) s = ss_mask_em_state_set_k(ctx, st, k_cap);
   if (s != SS_OK) {
     ss_mask_em_state_free(st);
@@ -286,8 +284,7 @@ ss_status ss_mask_em_delete(ss_ctx *ctx, ss_mask_em_state *st, double *delta_out
     SS_OMP(omp parallel for schedule(dynamic, 1) num_threads(nt))
     for (int64_t c = 1; c < k; c++) {
       int t = ss_em_thread();
-      delta[c] = cnt[c] > 0 ? deletion_delta(st, c, kp, cnt, acc_kp + t * k, acc_n + t * k, touched + t * k)
-                            : INFINITY;
+      delta[c] = cnt[c] > 0 ? deletion_delta(st, c, kp, cnt, acc_kp + t * k, acc_n + t * k, touched + t * k) : INFINITY;
     }
     if (delta_out) memcpy(delta_out, delta, sizeof(double) * (size_t)k);
     *n_deleted = apply_deletions(st, delta, frozen);

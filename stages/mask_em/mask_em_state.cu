@@ -11,8 +11,8 @@
 namespace ss_em_cuda {
 namespace {
 
-constexpr int SUM_THREADS = 1024;          /* single-block deterministic sums */
-constexpr int SEG_WARPS = 8;               /* deletion segments: one warp per segment */
+constexpr int SUM_THREADS = 1024;               /* single-block deterministic sums */
+constexpr int SEG_WARPS = 8;                    /* deletion segments: one warp per segment */
 constexpr size_t COST_BUDGET = (size_t)4 << 30; /* bytes of the chunk × K cost matrix */
 
 __host__ __device__ inline double penalty(double pk, double pkl, double log_n, double kp, long long cnt) {
@@ -205,14 +205,16 @@ ss_status sort_by(ss_ctx *ctx, prob &p, const uint32_t *keys, uint64_t max_key) 
   return SS_OK;
 }
 
-}  // namespace
+} // namespace
 
 void prob_free(prob &p) {
-  void *ptrs[] = {p.X_own, p.kp_own, p.pm_own, p.u_bits, p.labels, p.best, p.second, p.order, p.iota, p.prev, p.cost, p.cost1, p.cost2,
-                  p.keys, p.keys_sorted, p.tmp, p.group, p.count_d, p.item_first, p.hist, p.scal, p.alive, p.n_u,
-                  p.u_feat, p.map, p.weight, p.kp_sum, p.offset, p.diag, p.block, p.Lw, p.Ww, p.binv, p.tri, p.posg, p.coef,
-                  p.base, p.C, p.dsum, p.items, p.part_stat, p.part_block, p.seg_cnt, p.seg_off, p.s_bad, p.s_kp,
-                  p.s_diff, p.tot_kp, p.delta, p.tot_n};
+  void *ptrs[] = {p.X_own,     p.kp_own,     p.pm_own,     p.u_bits,  p.labels, p.best,  p.second,      p.order,
+                  p.iota,      p.prev,       p.cost,       p.cost1,   p.cost2,  p.keys,  p.keys_sorted, p.tmp,
+                  p.group,     p.count_d,    p.item_first, p.hist,    p.scal,   p.alive, p.n_u,         p.u_feat,
+                  p.map,       p.weight,     p.kp_sum,     p.offset,  p.diag,   p.block, p.Lw,          p.Ww,
+                  p.binv,      p.tri,        p.posg,       p.coef,    p.base,   p.C,     p.dsum,        p.items,
+                  p.part_stat, p.part_block, p.seg_cnt,    p.seg_off, p.s_bad,  p.s_kp,  p.s_diff,      p.tot_kp,
+                  p.delta,     p.tot_n};
   for (void *q : ptrs) cudaFree(q);
   p = prob();
 }
@@ -311,7 +313,8 @@ ss_status counts(ss_ctx *ctx, prob &p) {
   SS_CUDA_TRY(ctx, cudaMemsetAsync(p.hist, 0, sizeof(unsigned long long) * (size_t)p.k, p.s));
   k_histogram<<<blocks(p.n, PT_THREADS), PT_THREADS, 0, p.s>>>(p.labels, p.n, p.hist);
   SS_CUDA_TRY_LAUNCH(ctx, "histogram");
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(p.count_h.data(), p.hist, sizeof(int64_t) * (size_t)p.k, cudaMemcpyDeviceToHost, p.s));
+  SS_CUDA_TRY(ctx,
+              cudaMemcpyAsync(p.count_h.data(), p.hist, sizeof(int64_t) * (size_t)p.k, cudaMemcpyDeviceToHost, p.s));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(p.s));
   return SS_OK;
 }
@@ -397,7 +400,7 @@ ss_status delete_step(ss_ctx *ctx, prob &p, int64_t *n_deleted) {
   k_del_totals<<<blocks(k, PT_THREADS), PT_THREADS, 0, s>>>(k, p.seg_cnt, p.s_kp, p.tot_kp, p.tot_n);
   penparams pp = {p.o->penalty_k, p.o->penalty_k_log_n, p.log_n};
   k_del_delta<<<blocks(k, PT_THREADS), PT_THREADS, 0, s>>>(k, p.seg_cnt, p.s_kp, p.s_diff, p.s_bad, p.tot_kp, p.tot_n,
-                                                          pp, p.delta);
+                                                           pp, p.delta);
   SS_CUDA_TRY_LAUNCH(ctx, "deletion");
   std::vector<double> delta((size_t)k);
   std::vector<int> off((size_t)n_seg), cnt;
@@ -436,4 +439,4 @@ ss_status delete_step(ss_ctx *ctx, prob &p, int64_t *n_deleted) {
   return SS_OK;
 }
 
-}  // namespace ss_em_cuda
+} // namespace ss_em_cuda

@@ -48,7 +48,7 @@ static void mstep_stats(ss_mask_em_state *st, int64_t c) {
     a[i] = sr[i] / ((double)n_c + P);
     mean[i] = dt->nu[i] + a[i];
     double dd = fmax(sr2[i] - a[i] * a[i] * ((double)n_c + 2.0 * P), 0.0); /* Σ_p d_pi², exact form ≥ 0 */
-    diag[i] = (dd + ((double)n_c + P) * dt->sigma2[i] + se[i]) / den;  /* + Σ η + P σ² */
+    diag[i] = (dd + ((double)n_c + P) * dt->sigma2[i] + se[i]) / den;      /* + Σ η + P σ² */
     if (s[i] >= o->points_for_cluster_mask) uf[u++] = (int32_t)i;
   }
   md->n_u[c] = u;
@@ -81,8 +81,7 @@ static void mstep_block(ss_mask_em_state *st, int64_t c) {
   const double *a = md->offset + c * d, *diag = md->diag + c * d;
   for (int64_t x = 0; x < u; x++) {
     B[x * u + x] = diag[uf[x]];
-    for (int64_t y = x + 1; y < u; y++)
-      B[x * u + y] = B[y * u + x] = (q[x * u + y] - a[uf[x]] * a[uf[y]] * w) / den;
+    for (int64_t y = x + 1; y < u; y++) B[x * u + y] = B[y * u + x] = (q[x * u + y] - a[uf[x]] * a[uf[y]] * w) / den;
   }
 }
 
@@ -114,10 +113,14 @@ static ss_status block_layout(ss_ctx *ctx, ss_mask_em_model *md) {
   if (off <= md->block_cap) return SS_OK;
   int64_t cap = off + off / 2 + 1;
   double *b = realloc(md->block, sizeof(double) * (size_t)cap);
-  if (!b) return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the covariance blocks (%lld values)", (long long)cap);
+  if (!b)
+    return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the covariance blocks (%lld values)",
+                   (long long)cap);
   md->block = b;
   b = realloc(md->block_inv, sizeof(double) * (size_t)cap);
-  if (!b) return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the covariance blocks (%lld values)", (long long)cap);
+  if (!b)
+    return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the covariance blocks (%lld values)",
+                   (long long)cap);
   md->block_inv = b;
   md->block_cap = cap;
   return SS_OK;
@@ -203,7 +206,7 @@ static int estep_prepare(ss_mask_em_state *st, int64_t c) {
     double t = 0.0;
     for (int64_t x = 0; x < u; x++) t -= Binv[q * u + x] * a[uf[x]]; /* (B⁻¹ e)_q, e = −a */
     v[q] = t;
-    base -= t * a[uf[q]];                                            /* eᵀ B⁻¹ e */
+    base -= t * a[uf[q]]; /* eᵀ B⁻¹ e */
     cf[uf[q]] = (ss_mask_em_coef){.h = Binv[q * u + q], .a = 2.0 * t, .b = 0.0, .pos = (int32_t)q};
   }
   for (int64_t i = 0; i < d; i++) {
@@ -222,8 +225,8 @@ static int estep_prepare(ss_mask_em_state *st, int64_t c) {
 /* ---- E-step: costs ------------------------------------------------------------------------------ */
 
 /* 2·cost(p, c) − base_c for a point given as its entries (feature, r = y − ν, ev = η − σ²). */
-static double pair_cost(const ss_mask_em_model *md, int64_t c, const int32_t *feat, const double *r,
-                        const double *ev, int64_t cnt, int32_t *qb, double *rb) {
+static double pair_cost(const ss_mask_em_model *md, int64_t c, const int32_t *feat, const double *r, const double *ev,
+                        int64_t cnt, int32_t *qb, double *rb) {
   const ss_mask_em_coef *cf = md->coef + c * md->d;
   double acc = 0.0;
   int64_t nb = 0;

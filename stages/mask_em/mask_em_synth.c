@@ -8,8 +8,18 @@
 #include "core/rng.h"
 
 void ss_synth_defaults(ss_synth_opts *o, int64_t n, uint64_t seed) {
-  *o = (ss_synth_opts){.n = n, .channels = 32, .per_channel = 3, .units = 20, .amp_min = 7.0, .amp_max = 16.0,
-                       .width = 1.6, .jitter = 0.1, .weak = 2.0, .strong = 4.5, .peak_noise = 1.0, .seed = seed};
+  *o = (ss_synth_opts){.n = n,
+                       .channels = 32,
+                       .per_channel = 3,
+                       .units = 20,
+                       .amp_min = 7.0,
+                       .amp_max = 16.0,
+                       .width = 1.6,
+                       .jitter = 0.1,
+                       .weak = 2.0,
+                       .strong = 4.5,
+                       .peak_noise = 1.0,
+                       .seed = seed};
 }
 
 /* Unit templates: centre channel, peak amplitude per channel, unit-norm direction per channel. */

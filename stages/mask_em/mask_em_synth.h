@@ -20,10 +20,10 @@ typedef struct {
   int64_t per_channel; /* P features per channel: D = C·P */
   int64_t units;
   double amp_min, amp_max; /* peak amplitude range of the units, in noise σ */
-  double width;        /* spatial decay of a unit's amplitude (channels, Gaussian σ) */
-  double jitter;       /* relative amplitude jitter per spike */
-  double weak, strong; /* mask thresholds in noise σ */
-  double peak_noise;   /* noise σ of the peak the mask is computed from */
+  double width;            /* spatial decay of a unit's amplitude (channels, Gaussian σ) */
+  double jitter;           /* relative amplitude jitter per spike */
+  double weak, strong;     /* mask thresholds in noise σ */
+  double peak_noise;       /* noise σ of the peak the mask is computed from */
   uint64_t seed;
 } ss_synth_opts;
 

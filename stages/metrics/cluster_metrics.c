@@ -61,8 +61,8 @@ ss_status ss_cluster_ari(ss_ctx *ctx, const int32_t *a, const int32_t *b, int64_
   return SS_OK;
 }
 
-ss_status ss_cluster_majority_map(ss_ctx *ctx, const int32_t *found, const int32_t *truth, int64_t n,
-                                  int32_t *mapped, double *purity) {
+ss_status ss_cluster_majority_map(ss_ctx *ctx, const int32_t *found, const int32_t *truth, int64_t n, int32_t *mapped,
+                                  double *purity) {
   uint64_t *c = NULL;
   SS_TRY(pair_codes(ctx, found, truth, n, &c));
   int32_t max_found = 0;

@@ -35,10 +35,10 @@ typedef struct {
   int64_t k;
   int C, P, W;
   int64_t *count;
-  float *centroid;      /* [k × C·P] mean feature vector */
-  float *variance;      /* [k × C·P] per-feature variance */
-  float *mean_mask;     /* [k × C] */
-  float *wave;          /* [k × C × W] mean waveform rebuilt from the PCA features */
+  float *centroid;          /* [k × C·P] mean feature vector */
+  float *variance;          /* [k × C·P] per-feature variance */
+  float *mean_mask;         /* [k × C] */
+  float *wave;              /* [k × C × W] mean waveform rebuilt from the PCA features */
   float *amp_mean, *amp_sd; /* [k] of the signed peak amplitude */
   int32_t *peak_channel;    /* [k] channel of the largest peak-to-peak of the mean waveform */
   double *viol_fraction;    /* [k] inter-spike intervals shorter than refractory_ms / spikes */
@@ -55,8 +55,8 @@ void ss_cluster_stats_free(ss_cluster_stats *st);
 ss_status ss_cluster_ari(ss_ctx *ctx, const int32_t *a, const int32_t *b, int64_t n, double *ari);
 /* mapped[p] = the true label most frequent in found[p]'s cluster (ties: the lowest true label);
  * purity (may be NULL) = the fraction of points whose true label is their cluster's majority. */
-ss_status ss_cluster_majority_map(ss_ctx *ctx, const int32_t *found, const int32_t *truth, int64_t n,
-                                  int32_t *mapped, double *purity);
+ss_status ss_cluster_majority_map(ss_ctx *ctx, const int32_t *found, const int32_t *truth, int64_t n, int32_t *mapped,
+                                  double *purity);
 /* ARI between the majority-mapped found labels and the truth. */
 ss_status ss_cluster_merged_ari(ss_ctx *ctx, const int32_t *found, const int32_t *truth, int64_t n, double *ari);
 

@@ -225,9 +225,8 @@ static ss_status assign_all(ss_ctx *ctx, const ss_params *p, const ss_templates_
     int32_t lab = 0;
     for (int64_t u = ustart[ch]; u < ustart[ch + 1]; u++) {
       const int32_t c = ulist[u];
-      const double g =
-          gain_scaled(in->features + i * D, inv_nu, ts->tmpl + (int64_t)c * D, ts->fp + (int64_t)c * C, C, P, amp_min,
-                      amp_max, NULL, NULL);
+      const double g = gain_scaled(in->features + i * D, inv_nu, ts->tmpl + (int64_t)c * D, ts->fp + (int64_t)c * C, C,
+                                   P, amp_min, amp_max, NULL, NULL);
       if (g > best) {
         best = g;
         lab = c;

@@ -52,9 +52,9 @@ typedef struct {
 } ss_templates_input;
 
 typedef struct {
-  int64_t k_in, k_out;  /* clusters before and after, noise included */
-  int64_t n_units;      /* clusters that passed step 4 in the last iteration */
-  int64_t n_moved;      /* spikes whose label changed (before renumbering) */
+  int64_t k_in, k_out;             /* clusters before and after, noise included */
+  int64_t n_units;                 /* clusters that passed step 4 in the last iteration */
+  int64_t n_moved;                 /* spikes whose label changed (before renumbering) */
   int64_t n_noise_in, n_noise_out; /* spikes in cluster 0 before and after */
 } ss_templates_result;
 
@@ -64,8 +64,8 @@ ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_template
 
 /* Step 3 for one spike x and one template t over the channels flagged in fp[0..n_channels) (P features
  * each): the gain, and the clamped amplitude in *amp when amp is not NULL. */
-double ss_templates_gain(const float *x, const float *t, const uint8_t *fp, int n_channels, int n_pcs,
-                         double amp_min, double amp_max, double *amp);
+double ss_templates_gain(const float *x, const float *t, const uint8_t *fp, int n_channels, int n_pcs, double amp_min,
+                         double amp_max, double *amp);
 
 #ifdef __cplusplus
 }

@@ -7,8 +7,8 @@
 
 #include "core/log.h"
 
-ss_status ss_threshold_plan(ss_ctx *ctx, const ss_params *p, int64_t n_samples, double rate_hz,
-                            int64_t *excerpt_len, int64_t **out_index, int64_t *n_out) {
+ss_status ss_threshold_plan(ss_ctx *ctx, const ss_params *p, int64_t n_samples, double rate_hz, int64_t *excerpt_len,
+                            int64_t **out_index, int64_t *n_out) {
   *out_index = NULL;
   *n_out = 0;
   if (n_samples <= 0) return ss_fail(ctx, SS_ERR_INPUT, "threshold: the recording has no samples");

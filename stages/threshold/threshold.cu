@@ -26,9 +26,9 @@ constexpr uint32_t ABS_MASK = 0x7fffffffu;
 constexpr uint32_t NO_KEY = 0xffffffffu;
 constexpr unsigned FULL_MASK = 0xffffffffu;
 constexpr int WARP = 32;
-constexpr int RANKS = 2;           /* lower and upper middle */
+constexpr int RANKS = 2; /* lower and upper middle */
 constexpr int HIST_THREADS = 256;
-constexpr int TILE_ROWS = 512;     /* rows of one sample block per histogram block */
+constexpr int TILE_ROWS = 512; /* rows of one sample block per histogram block */
 /* per-channel mode: channels per histogram block, RANKS × CHUNK × BINS counters = 32 KB of shared memory */
 constexpr int CHUNK = 16;
 constexpr int SELECT_THREADS = 128;
@@ -157,11 +157,11 @@ ss_status cuda_medians(ss_ctx *ctx, void *arg, const ss_sample_block *blocks, in
       k_hist<<<grid, HIST_THREADS, smem, s>>>(d_blocks, d_tiles, C, chunk, d_group, pooled, G, level, d_prefix, d_hist);
     SS_CUDA_TRY_LAUNCH(ctx, "noise histogram");
     k_select<<<(RANKS * G + SELECT_THREADS - 1) / SELECT_THREADS, SELECT_THREADS, 0, s>>>(d_hist, G, level, d_rank,
-                                                                                         d_prefix);
+                                                                                          d_prefix);
     SS_CUDA_TRY_LAUNCH(ctx, "noise selection");
   }
-  SS_CUDA_TRY(ctx, cudaMemcpyAsync(prefix.data(), d_prefix.p, sizeof(uint32_t) * prefix.size(),
-                                   cudaMemcpyDeviceToHost, s));
+  SS_CUDA_TRY(ctx,
+              cudaMemcpyAsync(prefix.data(), d_prefix.p, sizeof(uint32_t) * prefix.size(), cudaMemcpyDeviceToHost, s));
   SS_CUDA_TRY(ctx, cudaStreamSynchronize(s));
   /* the CPU's median rule (group_medians in stages/threshold/threshold.c) */
   for (int g = 0; g < G; g++) median[g] = 0.5f * (bits_float(prefix[g]) + bits_float(prefix[G + g]));
@@ -170,7 +170,7 @@ ss_status cuda_medians(ss_ctx *ctx, void *arg, const ss_sample_block *blocks, in
   return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: noise estimate tiles");
 }
 
-}  // namespace
+} // namespace
 
 extern "C" ss_status ss_threshold_compute_cuda(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
                                                const ss_sample_block *blocks, int n_blocks, int n_channels,
@@ -191,8 +191,8 @@ extern "C" ss_status ss_threshold_compute_cuda_host(ss_ctx *ctx, const ss_backen
   int64_t at = 0;
   for (auto &b : dev) {
     if (b.n_rows <= 0) continue;
-    SS_CUDA_TRY(ctx, cudaMemcpyAsync(d_x.p + at * C, b.x, sizeof(float) * (size_t)b.n_rows * C,
-                                     cudaMemcpyHostToDevice, s));
+    SS_CUDA_TRY(ctx,
+                cudaMemcpyAsync(d_x.p + at * C, b.x, sizeof(float) * (size_t)b.n_rows * C, cudaMemcpyHostToDevice, s));
     b.x = d_x.p + at * C;
     at += b.n_rows;
   }

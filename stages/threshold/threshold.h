@@ -42,8 +42,8 @@ static inline float ss_detect_signal(int polarity, float x) {
 /* Which excerpts to read: the recording is cut into pieces of *excerpt_len samples (the last may be
  * shorter); *n_out pieces, indices ascending in out_index (caller frees), spread evenly from the
  * first to the last piece; all of them when detect.n_excerpts is not smaller than their number. */
-ss_status ss_threshold_plan(ss_ctx *ctx, const ss_params *p, int64_t n_samples, double rate_hz,
-                            int64_t *excerpt_len, int64_t **out_index, int64_t *n_out);
+ss_status ss_threshold_plan(ss_ctx *ctx, const ss_params *p, int64_t n_samples, double rate_hz, int64_t *excerpt_len,
+                            int64_t **out_index, int64_t *n_out);
 
 /* Noise levels and thresholds from the blocks. use[c] == 0 (dead channel) excludes a channel from
  * detection and from the pooled median; use NULL: all channels are used. */
