@@ -29,6 +29,7 @@ void ss_sort_opts_defaults(ss_sort_opts *o) {
 void ss_sort_summary_free(ss_sort_summary *s) {
   free(s->labels_raw);
   free(s->labels);
+  ss_quality_free(&s->quality);
   memset(s, 0, sizeof(*s));
 }
 
@@ -326,6 +327,7 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   SS_TRY(run_merge(ctx, s));
   SS_TRY(run_templates(ctx, s));
   SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));
+  SS_TRY(ss_sort_quality(ctx, s));
   double t3 = ss_now();
   if (s->o->params.sort.live_model) SS_TRY(ss_sort_live_twin(ctx, be, src, s));
   double t4 = ss_now();
@@ -430,4 +432,5 @@ void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_di
           s->t_cluster_s, s->t_merge_s, s->t_output_s);
   fprintf(f, "total:             %.2f s on %d CPU threads = %.1fx real time\n", s->t_total_s, s->n_threads,
           s->duration_s / total);
+  ss_sort_print_units(f, s);
 }

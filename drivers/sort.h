@@ -3,9 +3,10 @@
  * second merge → outputs, timing each stage (docs/architecture.md, "The pipeline").
  *
  * Outputs under out_dir, swapped in as one set with a manifest (io/outset.h; layouts in docs/formats.md):
- *   results.h5          the stable core with /spikes/cluster, per-cluster statistics, the merge log,
- *                       parameters, software version, input checksum
- *   phy/                a phy folder (templates = per-cluster mean waveforms)
+ *   results.h5          the stable core with /spikes/cluster, per-cluster statistics and quality
+ *                       metrics and labels, the merge log, parameters, software version, input checksum
+ *   phy/                a phy folder (templates = per-cluster mean waveforms; cluster_group.tsv holds
+ *                       the quality labels, cluster_<metric>.tsv the metrics)
  *   BASE.fet.1, BASE.fmask.1, BASE.clu.1   KlustaKwik text files (BASE: the input's name); .clu
  *                       holds the final (merged) labels in KlustaKwik numbering (1 = noise)
  *   model.h5            what labelling new spikes needs (filter, thresholds, PCA, clusters, KNN set)
@@ -27,6 +28,7 @@
 #include "params/params.h"
 #include "core/backend.h"
 #include "core/status.h"
+#include "stages/metrics/quality.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,12 +71,14 @@ typedef struct {
   int32_t *labels_raw;         /* [n_spikes] masked EM labels, 0 = noise (caller frees) */
   int32_t *labels;             /* [n_spikes] final labels, 0 = noise (caller frees) */
   char base[SS_SORT_PATH_MAX]; /* BASE of the KlustaKwik files */
+  ss_quality quality;          /* per-cluster quality metrics and labels (docs/quality.md) */
 } ss_sort_summary;
 
 /* Run the whole pipeline. */
 ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *summary);
 void ss_sort_summary_free(ss_sort_summary *s);
-/* The summary, human-readable (spikes, clusters before/after merge, time per stage, × real time). */
+/* The summary, human-readable (spikes, clusters before/after merge, time per stage, × real time), then
+ * the per-unit table of quality metrics and labels. */
 void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_dir);
 
 #ifdef __cplusplus

@@ -45,6 +45,12 @@ typedef struct {
  * has_live = 0: model.h5 is then written without /live; running out of host memory fails the sort. */
 ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s);
 
+/* Quality metrics and labels of the final clusters (quality.h) into s->sum->quality. */
+ss_status ss_sort_quality(ss_ctx *ctx, ss_sort_state *s);
+/* The per-unit table: id, spikes, firing rate, SNR, ISI violation ratio, presence ratio, amplitude
+ * cutoff, label; then the label counts. */
+void ss_sort_print_units(FILE *f, const ss_sort_summary *sum);
+
 /* results.h5, phy/, BASE.fet.1/.fmask.1/.clu.1 and model.h5 under o->out_dir. */
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s);
 

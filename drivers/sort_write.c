@@ -28,6 +28,24 @@ static void out_path(char *buf, size_t len, const ss_sort_state *s, const char *
 
 /* --- results.h5 -------------------------------------------------------------------------------- */
 
+/* The quality metrics and labels of /clusters (docs/quality.md). */
+static ss_status write_quality(ss_ctx *ctx, hid_t g, const ss_quality *q, const char *path) {
+  const int64_t K = q->k;
+  const char **names = NULL;
+  SS_TRY(SS_ALLOC(ctx, names, (size_t)(K > 0 ? K : 1), "cluster labels"));
+  for (int64_t i = 0; i < K; i++) names[i] = ss_quality_label_name(q->label[i]);
+  ss_status st = ss_results_dataset(ctx, g, "snr", H5T_NATIVE_DOUBLE, K, 0, q->snr, path);
+  if (st == SS_OK)
+    st = ss_results_dataset(ctx, g, "isi_violations_ratio", H5T_NATIVE_DOUBLE, K, 0, q->isi_violation_ratio, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "isi_violations", H5T_NATIVE_INT64, K, 0, q->n_violations, path);
+  if (st == SS_OK) st = ss_results_dataset(ctx, g, "presence_ratio", H5T_NATIVE_DOUBLE, K, 0, q->presence_ratio, path);
+  if (st == SS_OK)
+    st = ss_results_dataset(ctx, g, "amplitude_cutoff", H5T_NATIVE_DOUBLE, K, 0, q->amplitude_cutoff, path);
+  if (st == SS_OK) st = ss_results_dataset_strs(ctx, g, "label", names, K, path);
+  free(names);
+  return st;
+}
+
 static ss_status write_clusters_group(ss_ctx *ctx, hid_t f, const ss_sort_state *s, const char *path) {
   const ss_cluster_stats *c = &s->stats;
   const int64_t K = c->k, D = (int64_t)c->C * c->P;
@@ -51,6 +69,7 @@ static ss_status write_clusters_group(ss_ctx *ctx, hid_t f, const ss_sort_state 
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "amplitude_sd", H5T_NATIVE_FLOAT, K, 0, c->amp_sd, path);
   if (st == SS_OK)
     st = ss_results_dataset(ctx, g, "refractory_violation_fraction", H5T_NATIVE_DOUBLE, K, 0, c->viol_fraction, path);
+  if (st == SS_OK) st = write_quality(ctx, g, &s->sum->quality, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "mean_features", H5T_NATIVE_FLOAT, K, D, c->centroid, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "feature_variance", H5T_NATIVE_FLOAT, K, D, c->variance, path);
   if (st == SS_OK) st = ss_results_dataset(ctx, g, "mean_mask", H5T_NATIVE_FLOAT, K, c->C, c->mean_mask, path);
@@ -214,6 +233,7 @@ typedef struct {
   float *amplitudes, *templates, *positions, *pc_features, *similar;
   int32_t *channel_map, *pc_ind, *ids;
   const char **groups;
+  const double *metrics[5];
 } phy_buffers;
 
 static void phy_buffers_free(phy_buffers *b) {
@@ -262,7 +282,7 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
       }
   for (int64_t a = 0; a < K; a++) {
     b->ids[a] = (int32_t)a;
-    b->groups[a] = a == 0 ? "noise" : "unsorted";
+    b->groups[a] = ss_quality_label_name(s->sum->quality.label[a]);
     for (int64_t q = 0; q < K; q++) {
       int shared;
       double r = a == q ? 1.0
@@ -274,6 +294,10 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
   return SS_OK;
 }
 
+/* cluster_<name>.tsv files of the phy folder, in the order of phy_buffers.metrics. */
+static const char *const phy_metric_names[] = {"firing_rate", "snr", "isi_violations_ratio", "presence_ratio",
+                                               "amplitude_cutoff"};
+
 static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
   char dir[SS_SORT_PATH_MAX + 64];
   out_path(dir, sizeof(dir), s, "phy");
@@ -281,6 +305,10 @@ static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
   phy_buffers b;
   memset(&b, 0, sizeof(b));
   ss_status st = phy_fill(ctx, s, F, &b);
+  const ss_quality *q = &s->sum->quality;
+  const double *metrics[5] = {q->firing_rate_hz, q->snr, q->isi_violation_ratio, q->presence_ratio,
+                              q->amplitude_cutoff};
+  memcpy(b.metrics, metrics, sizeof(metrics));
   ss_phy_folder ph = {.n_spikes = s->spikes.n,
                       .n_templates = (int)s->stats.k,
                       .n_wave = s->stats.W,
@@ -300,6 +328,10 @@ static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
                       .cluster_ids = b.ids,
                       .cluster_groups = b.groups,
                       .n_groups = (int)s->stats.k,
+                      .cluster_ks_labels = b.groups,
+                      .n_metrics = 5,
+                      .metric_names = phy_metric_names,
+                      .metric_values = b.metrics,
                       .n_channels_dat = s->info->n_channels,
                       .dtype = "int16",
                       .sample_rate = s->spikes.rate_hz,

@@ -92,14 +92,28 @@ static ss_status write_params_py(ss_ctx *ctx, const char *dir, const ss_phy_fold
   return ss_atomic_commit(ctx, &af);
 }
 
-static ss_status write_groups(ss_ctx *ctx, const char *dir, const ss_phy_folder *ph) {
-  char path[SS_PHY_PATH_MAX + 64];
-  snprintf(path, sizeof(path), "%s/cluster_group.tsv", dir);
+/* cluster_<name>.tsv: "cluster_id<TAB>column", then one row per cluster, a label or a number. */
+static ss_status write_cluster_tsv(ss_ctx *ctx, const char *dir, const char *name, const char *column,
+                                   const ss_phy_folder *ph, const char *const *text, const double *value) {
+  char path[SS_PHY_PATH_MAX + 128];
+  snprintf(path, sizeof(path), "%s/cluster_%s.tsv", dir, name);
   ss_atomic_file af;
   SS_TRY(ss_atomic_begin(ctx, &af, path, 1));
-  fputs("cluster_id\tgroup\n", af.f);
-  for (int i = 0; i < ph->n_groups; i++) fprintf(af.f, "%d\t%s\n", ph->cluster_ids[i], ph->cluster_groups[i]);
+  fprintf(af.f, "cluster_id\t%s\n", column);
+  for (int i = 0; i < ph->n_groups; i++) {
+    if (text) fprintf(af.f, "%d\t%s\n", ph->cluster_ids[i], text[i]);
+    else if (isnan(value[i])) fprintf(af.f, "%d\tnan\n", ph->cluster_ids[i]);
+    else fprintf(af.f, "%d\t%.6g\n", ph->cluster_ids[i], value[i]);
+  }
   return ss_atomic_commit(ctx, &af);
+}
+
+static ss_status write_groups(ss_ctx *ctx, const char *dir, const ss_phy_folder *ph) {
+  SS_TRY(write_cluster_tsv(ctx, dir, "group", "group", ph, ph->cluster_groups, NULL));
+  if (ph->cluster_ks_labels) SS_TRY(write_cluster_tsv(ctx, dir, "KSLabel", "KSLabel", ph, ph->cluster_ks_labels, NULL));
+  for (int m = 0; m < ph->n_metrics; m++)
+    SS_TRY(write_cluster_tsv(ctx, dir, ph->metric_names[m], ph->metric_names[m], ph, NULL, ph->metric_values[m]));
+  return SS_OK;
 }
 
 ss_status ss_phy_write(ss_ctx *ctx, const char *dir, const ss_phy_folder *ph) {

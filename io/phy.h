@@ -13,6 +13,9 @@
  *   pc_feature_ind.npy     int32 [T × F]    in [0, C)
  *   similar_templates.npy  float32 [T × T]
  *   cluster_group.tsv      "cluster_id\tgroup" then one line per cluster (noise | mua | good | unsorted)
+ *   cluster_KSLabel.tsv    "cluster_id\tKSLabel" the same way (optional)
+ *   cluster_NAME.tsv       "cluster_id\tNAME" then one number per cluster, one file per metric (optional;
+ *                          phy shows each as a column of its cluster view)
  * Every file is written atomically. io/ knows nothing of the stages: the caller fills ss_phy_folder. */
 #ifndef SS_PHY_H
 #define SS_PHY_H
@@ -44,6 +47,10 @@ typedef struct {
   const int32_t *cluster_ids;        /* [n_groups] */
   const char *const *cluster_groups; /* [n_groups] */
   int n_groups;
+  const char *const *cluster_ks_labels; /* [n_groups] cluster_KSLabel.tsv; NULL: not written */
+  int n_metrics;
+  const char *const *metric_names;    /* [n_metrics] cluster_NAME.tsv */
+  const double *const *metric_values; /* [n_metrics][n_groups]; NaN is written "nan" */
   /* params.py */
   char dat_path[SS_PHY_PATH_MAX]; /* "" : no raw data (dat_path = []) */
   int n_channels_dat;

@@ -33,6 +33,23 @@ ss_status ss_results_dataset(ss_ctx *ctx, hid_t loc, const char *name, hid_t typ
   return ss_results_dataset_nd(ctx, loc, name, type, cols > 0 ? 2 : 1, dims, data, file);
 }
 
+ss_status ss_results_dataset_strs(ss_ctx *ctx, hid_t loc, const char *name, const char *const *values, int64_t n,
+                                  const char *file) {
+  size_t len = 1;
+  for (int64_t i = 0; i < n; i++) len = strlen(values[i]) > len ? strlen(values[i]) : len;
+  char *buf = NULL;
+  SS_TRY(SS_CALLOC(ctx, buf, (size_t)(n > 0 ? n : 1) * len, "string dataset"));
+  for (int64_t i = 0; i < n; i++) memcpy(buf + (size_t)i * len, values[i], strlen(values[i]));
+  hid_t type = H5Tcopy(H5T_C_S1);
+  herr_t e = type < 0 ? -1 : H5Tset_size(type, len);
+  if (e >= 0) e = H5Tset_strpad(type, H5T_STR_NULLPAD);
+  ss_status st = e < 0 ? ss_fail(ctx, SS_ERR_IO, "%s: %s: cannot make the string type", file, name)
+                       : ss_results_dataset(ctx, loc, name, type, n, 0, buf, file);
+  if (type >= 0) H5Tclose(type);
+  free(buf);
+  return st;
+}
+
 ss_status ss_results_group(ss_ctx *ctx, hid_t loc, const char *name, const char *file, hid_t *group) {
   *group = H5Gcreate2(loc, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   if (*group < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the group %s", file, name);

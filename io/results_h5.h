@@ -64,6 +64,9 @@ ss_status ss_results_dataset(ss_ctx *ctx, hid_t loc, const char *name, hid_t typ
 #define SS_RESULTS_MAX_RANK 4
 ss_status ss_results_dataset_nd(ss_ctx *ctx, hid_t loc, const char *name, hid_t type, int rank, const int64_t *dims,
                                 const void *data, const char *file);
+/* A rank-1 dataset of n fixed-length ASCII strings (as long as the longest, NUL-padded). */
+ss_status ss_results_dataset_strs(ss_ctx *ctx, hid_t loc, const char *name, const char *const *values, int64_t n,
+                                  const char *file);
 /* Create group loc/name (closed with H5Gclose by the caller). */
 ss_status ss_results_group(ss_ctx *ctx, hid_t loc, const char *name, const char *file, hid_t *group);
 

@@ -254,6 +254,12 @@ ss_status ss_params_validate(ss_ctx *ctx, const ss_params *p) {
     ss_problem(ctx, SS_ERR_INPUT,
                "mask_em.num_starting_clusters: must not exceed mask_em.max_possible_clusters (%lld > %lld)",
                (long long)p->mask_em.num_starting_clusters, (long long)p->mask_em.max_possible_clusters);
+  if (!(p->quality.censored_ms < p->quality.refractory_ms))
+    ss_problem(ctx, SS_ERR_INPUT, "quality.censored_ms: must be below quality.refractory_ms (%g >= %g)",
+               p->quality.censored_ms, p->quality.refractory_ms);
+  if (!(p->quality.noise_snr <= p->quality.good_snr))
+    ss_problem(ctx, SS_ERR_INPUT, "quality.noise_snr: must not exceed quality.good_snr (%g > %g)", p->quality.noise_snr,
+               p->quality.good_snr);
   if (!(p->templates.amp_min <= p->templates.amp_max))
     ss_problem(ctx, SS_ERR_INPUT, "templates.amp_min: must not exceed templates.amp_max (%g > %g)",
                p->templates.amp_min, p->templates.amp_max);

@@ -100,6 +100,17 @@ typedef struct {
     double amp_min, amp_max; /* amplitude range of a template fit */
   } templates;
   struct {
+    double refractory_ms;         /* ISI violation ratio: refractory period */
+    double censored_ms;           /* ... and the censored period below which no interval is seen */
+    int64_t presence_bins;        /* presence ratio: equal time bins across the recording */
+    int64_t amplitude_bins;       /* amplitude cutoff: histogram bins (at most) */
+    double good_snr;              /* good: SNR at least this */
+    double good_isi_ratio;        /* ... ISI violation ratio below this */
+    double good_presence;         /* ... presence ratio at least this */
+    double good_amplitude_cutoff; /* ... amplitude cutoff below this */
+    double noise_snr;             /* noise: SNR below this (cluster 0 always) */
+  } quality;
+  struct {
     double penalty_k_log_n;    /* replaces mask_em.penalty_k_log_n in `sort` only */
     int live_model;            /* also fit the causal twin of the model (model.h5 /live) */
     int64_t live_filter_order; /* the twin's causal filter: Butterworth order of each band edge */

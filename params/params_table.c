@@ -146,6 +146,30 @@ const ss_param_spec ss_param_table[] = {
         "small unit's spikes on the same channels; see docs/accuracy.md)."),
     NUM("templates.amp_max", templates.amp_max, 1.33, 0, INF, 0, 0, "Largest amplitude scale of a template fit."),
 
+    NUM("quality.refractory_ms", quality.refractory_ms, 1.5, 0, 1000, 1, 0,
+        "Refractory period of the ISI violation ratio (Hill et al. 2011): intervals shorter than this violate it "
+        "(docs/quality.md)."),
+    NUM("quality.censored_ms", quality.censored_ms, 0.0, 0, 1000, 0, 0,
+        "Censored period of the ISI violation ratio: intervals shorter than this cannot be seen (detector dead "
+        "time) and do not count; must be below quality.refractory_ms."),
+    INT("quality.presence_bins", quality.presence_bins, 60, 1, 1000000,
+        "The presence ratio is the fraction of this many equal time bins across the recording that hold a spike "
+        "of the unit."),
+    INT("quality.amplitude_bins", quality.amplitude_bins, 100, 10, 1000000,
+        "Bins of the amplitude histogram behind the amplitude cutoff (fewer when the unit has under 5 spikes a "
+        "bin; below 10 bins the cutoff is undefined, NaN)."),
+    NUM("quality.good_snr", quality.good_snr, 5.0, 0, INF, 0, 0,
+        "A unit is labelled good when its SNR (template peak over the channel's noise level) is at least this, and "
+        "the three quality.good_* bounds below hold too; else mua."),
+    NUM("quality.good_isi_ratio", quality.good_isi_ratio, 0.5, 0, INF, 1, 0,
+        "Good units have an ISI violation ratio below this."),
+    NUM("quality.good_presence", quality.good_presence, 0.9, 0, 1, 0, 0,
+        "Good units have a presence ratio of at least this."),
+    NUM("quality.good_amplitude_cutoff", quality.good_amplitude_cutoff, 0.1, 0, 1, 1, 0,
+        "Good units have an amplitude cutoff (estimated fraction of spikes lost below threshold) below this."),
+    NUM("quality.noise_snr", quality.noise_snr, 3.0, 0, INF, 0, 0,
+        "Clusters with an SNR below this are labelled noise (cluster 0, the noise cluster, always is)."),
+
     NUM("sort.penalty_k_log_n", sort.penalty_k_log_n, 0.2, 0, INF, 0, 0,
         "BIC-style penalty weight of masked EM in `sort` (replaces mask_em.penalty_k_log_n, which `cluster` "
         "keeps at KlustaKwik's 1): the spike detector's masks span many channels, and each unmasked "

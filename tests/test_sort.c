@@ -79,6 +79,8 @@ static void end_to_end(void **state) {
   out = cli(args, 0, NULL);
   assert_non_null(strstr(out, "phy check:         ok"));
   assert_non_null(strstr(out, "x real time"));
+  assert_non_null(strstr(out, "   unit   spikes  rate_hz     snr  isi_viol  presence  amp_cutoff  label"));
+  assert_non_null(strstr(out, "labels:            "));
   free(out);
   const char *files[] = {
       "results.h5",    "model.h5",          "sim.fet.1",           "sim.fmask.1",          "sim.clu.1",
@@ -142,6 +144,84 @@ static void h5_layouts(void **state) {
     if (H5Lexists(f, result_sets[i], H5P_DEFAULT) <= 0) fail_msg("results.h5: %s missing", result_sets[i]);
   assert_true(H5Aexists(f, "input_crc32") > 0);
   assert_true(H5Aexists(f, "version") > 0);
+  H5Fclose(f);
+}
+
+/* A phy cluster_<name>.tsv: checks the header "cluster_id<TAB>column" and that the ids run 0, 1, ...;
+ * copies each row's value into values; returns the row count. */
+static int read_cluster_tsv(const char *path, const char *column, char values[][32], int max) {
+  FILE *f = fopen(path, "r");
+  if (!f) fail_msg("missing %s", path);
+  char line[256], want[128];
+  snprintf(want, sizeof(want), "cluster_id\t%s\n", column);
+  if (!fgets(line, sizeof(line), f) || strcmp(line, want) != 0) fail_msg("%s: header \"%s\"", path, line);
+  int n = 0, id;
+  while (n < max && fgets(line, sizeof(line), f)) {
+    if (sscanf(line, "%d\t%31s", &id, values[n]) != 2 || id != n) fail_msg("%s: line %d: \"%s\"", path, n + 2, line);
+    n++;
+  }
+  fclose(f);
+  return n;
+}
+
+/* The quality metrics and labels: one row per cluster in every phy cluster_*.tsv (cluster 0 noise, the
+ * same labels in cluster_group and cluster_KSLabel) and the /clusters datasets of results.h5. */
+static void quality_outputs(void **state) {
+  (void)state;
+  char path[2 * PATH_LEN];
+  static char groups[256][32], ks[256][32], vals[256][32];
+  out_file(path, sizeof(path), "merged", "phy/cluster_group.tsv");
+  int k = read_cluster_tsv(path, "group", groups, 256);
+  out_file(path, sizeof(path), "merged", "phy/cluster_KSLabel.tsv");
+  assert_int_equal(read_cluster_tsv(path, "KSLabel", ks, 256), k);
+  assert_true(k >= UNITS);
+  assert_string_equal(groups[0], "noise");
+  int good = 0;
+  for (int i = 0; i < k; i++) {
+    assert_string_equal(groups[i], ks[i]);
+    if (strcmp(groups[i], "good") && strcmp(groups[i], "mua") && strcmp(groups[i], "noise"))
+      fail_msg("cluster %d: label %s", i, groups[i]);
+    good += !strcmp(groups[i], "good");
+  }
+  if (good < UNITS - 2) fail_msg("only %d good units of %d simulated", good, UNITS);
+  const char *metrics[] = {"firing_rate", "snr", "isi_violations_ratio", "presence_ratio", "amplitude_cutoff"};
+  for (size_t m = 0; m < sizeof(metrics) / sizeof(metrics[0]); m++) {
+    char name[64];
+    snprintf(name, sizeof(name), "phy/cluster_%s.tsv", metrics[m]);
+    out_file(path, sizeof(path), "merged", name);
+    assert_int_equal(read_cluster_tsv(path, metrics[m], vals, 256), k);
+  }
+  out_file(path, sizeof(path), "merged", "results.h5");
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0);
+  const char *sets[] = {"/clusters/snr",
+                        "/clusters/isi_violations_ratio",
+                        "/clusters/isi_violations",
+                        "/clusters/presence_ratio",
+                        "/clusters/amplitude_cutoff",
+                        "/clusters/label"};
+  for (size_t i = 0; i < sizeof(sets) / sizeof(sets[0]); i++) {
+    hid_t d = H5Dopen2(f, sets[i], H5P_DEFAULT);
+    if (d < 0) fail_msg("results.h5: %s missing", sets[i]);
+    hid_t s = H5Dget_space(d);
+    hsize_t dim = 0;
+    assert_int_equal(H5Sget_simple_extent_dims(s, &dim, NULL), 1);
+    assert_int_equal((int)dim, k);
+    H5Sclose(s);
+    H5Dclose(d);
+  }
+  hid_t d = H5Dopen2(f, "/clusters/label", H5P_DEFAULT), t = H5Dget_type(d);
+  size_t len = H5Tget_size(t);
+  char *buf = calloc((size_t)k, len);
+  assert_true(H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+  for (int i = 0; i < k; i++) {
+    char one[32] = {0};
+    memcpy(one, buf + (size_t)i * len, len < 31 ? len : 31);
+    assert_string_equal(one, groups[i]);
+  }
+  free(buf);
+  H5Tclose(t);
+  H5Dclose(d);
   H5Fclose(f);
 }
 
@@ -280,8 +360,9 @@ static void bad_inputs(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(end_to_end),       cmocka_unit_test(h5_layouts), cmocka_unit_test(threads_and_cluster),
-      cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs), cmocka_unit_test(em_subset),
+      cmocka_unit_test(end_to_end),          cmocka_unit_test(h5_layouts),       cmocka_unit_test(quality_outputs),
+      cmocka_unit_test(threads_and_cluster), cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
+      cmocka_unit_test(em_subset),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }
