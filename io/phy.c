@@ -228,16 +228,19 @@ static void check_params(checker *k, int *n_channels_dat) {
     if (!found[i]) problem(k, "%s: %s: missing", path, keys[i]);
 }
 
-static void check_groups(checker *k) {
-  char path[SS_PHY_PATH_MAX + 64], line[256];
-  snprintf(path, sizeof(path), "%s/cluster_group.tsv", k->dir);
+/* cluster_<name>.tsv: the header "cluster_id<TAB>column", then "ID<TAB>LABEL" rows with a phy label.
+ * `optional`: a missing file is no problem. */
+static void check_labels(checker *k, const char *name, const char *column, int optional) {
+  char path[SS_PHY_PATH_MAX + 64], line[256], header[64];
+  snprintf(path, sizeof(path), "%s/cluster_%s.tsv", k->dir, name);
   FILE *f = fopen(path, "r");
   if (!f) {
-    problem(k, "%s: cannot open: %s", path, strerror(errno));
+    if (!optional || errno != ENOENT) problem(k, "%s: cannot open: %s", path, strerror(errno));
     return;
   }
-  if (!fgets(line, sizeof(line), f) || strcmp(line, "cluster_id\tgroup\n") != 0)
-    problem(k, "%s: line 1: expected the header \"cluster_id<TAB>group\"", path);
+  snprintf(header, sizeof(header), "cluster_id\t%s\n", column);
+  if (!fgets(line, sizeof(line), f) || strcmp(line, header) != 0)
+    problem(k, "%s: line 1: expected the header \"cluster_id<TAB>%s\"", path, column);
   for (int ln = 2; fgets(line, sizeof(line), f); ln++) {
     char group[64];
     long long id;
@@ -319,7 +322,8 @@ ss_status ss_phy_check(ss_ctx *ctx, const char *dir) {
   if (h_pi && C >= 0) expect_range(&k, "pc_feature_ind.npy", &pi, 0, C);
   if (h_si && T >= 0) expect_dim(&k, "similar_templates.npy", &si, 0, T, "templates, as templates.npy");
   if (h_si && T >= 0) expect_dim(&k, "similar_templates.npy", &si, 1, T, "templates, as templates.npy");
-  check_groups(&k);
+  check_labels(&k, "group", "group", 0);
+  check_labels(&k, "KSLabel", "KSLabel", 1);
   ss_array *all[] = {&st, &sc, &sp, &am, &tp, &cm, &cp, &pf, &pi, &si};
   int have[] = {h_st, h_sc, h_sp, h_am, h_tp, h_cm, h_cp, h_pf, h_pi, h_si};
   for (int i = 0; i < N_OF(have); i++)

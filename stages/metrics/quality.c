@@ -159,8 +159,9 @@ static ss_status unit_metrics(ss_ctx *ctx, const ss_params *p, const ss_quality_
   q->n_spikes[c] = m;
   q->firing_rate_hz[c] = in->duration_s > 0 ? (double)m / in->duration_s : 0.0;
   q->snr[c] = unit_snr(in->stats, in->sigma, c);
-  q->isi_violation_ratio[c] = ss_quality_isi_violation_ratio(t, m, in->rate_hz, in->duration_s, p->quality.refractory_ms,
-                                                             p->quality.censored_ms, &q->n_violations[c]);
+  q->isi_violation_ratio[c] = ss_quality_isi_violation_ratio(t, m, in->rate_hz, in->duration_s,
+                                                             p->quality.refractory_ms, p->quality.censored_ms,
+                                                             &q->n_violations[c]);
   q->presence_ratio[c] = ss_quality_presence_ratio(t, m, in->n_samples, p->quality.presence_bins);
   if (isnan(q->presence_ratio[c])) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: presence bins");
   SS_TRY(ss_quality_amplitude_cutoff(ctx, a, m, p->quality.amplitude_bins, &q->amplitude_cutoff[c]));

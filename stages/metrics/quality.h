@@ -42,12 +42,12 @@ int ss_quality_classify(const ss_params *p, int64_t id, double snr, double isi_r
 typedef struct {
   int64_t n;
   double rate_hz, duration_s;
-  int64_t n_samples;           /* of the recording */
-  const int64_t *time_samples; /* [n] ascending */
-  const float *amplitude;      /* [n] signed peak amplitude, µV */
-  const int32_t *labels;       /* [n] in [0, k) */
+  int64_t n_samples;             /* of the recording */
+  const int64_t *time_samples;   /* [n] ascending */
+  const float *amplitude;        /* [n] signed peak amplitude, µV */
+  const int32_t *labels;         /* [n] in [0, k) */
   const ss_cluster_stats *stats; /* of these labels: k, count, mean waveforms, peak channels */
-  const float *sigma;          /* [C] noise level per channel, µV (0: channel unused) */
+  const float *sigma;            /* [C] noise level per channel, µV (0: channel unused) */
 } ss_quality_input;
 
 typedef struct {
