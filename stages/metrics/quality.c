@@ -27,16 +27,13 @@ double ss_quality_isi_violation_ratio(const int64_t *t, int64_t n, double rate_h
 
 double ss_quality_presence_ratio(const int64_t *t, int64_t n, int64_t n_samples, int64_t bins) {
   if (bins < 1 || n_samples < 1) return 0.0;
-  unsigned char *seen = calloc((size_t)bins, 1);
-  if (!seen) return NAN;
-  int64_t hit = 0;
+  int64_t hit = 0, last = -1; /* ascending times visit the bins in order: count the changes */
   for (int64_t i = 0; i < n; i++) {
     int64_t b = (int64_t)floor((double)t[i] * (double)bins / (double)n_samples);
     b = b < 0 ? 0 : (b >= bins ? bins - 1 : b);
-    hit += !seen[b];
-    seen[b] = 1;
+    hit += b != last;
+    last = b;
   }
-  free(seen);
   return (double)hit / (double)bins;
 }
 
@@ -163,7 +160,6 @@ static ss_status unit_metrics(ss_ctx *ctx, const ss_params *p, const ss_quality_
                                                              p->quality.refractory_ms, p->quality.censored_ms,
                                                              &q->n_violations[c]);
   q->presence_ratio[c] = ss_quality_presence_ratio(t, m, in->n_samples, p->quality.presence_bins);
-  if (isnan(q->presence_ratio[c])) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: presence bins");
   SS_TRY(ss_quality_amplitude_cutoff(ctx, a, m, p->quality.amplitude_bins, &q->amplitude_cutoff[c]));
   q->label[c] = ss_quality_classify(p, c, q->snr[c], q->isi_violation_ratio[c], q->presence_ratio[c],
                                     q->amplitude_cutoff[c]);

@@ -27,7 +27,7 @@ const char *ss_quality_label_name(int label);
  * spikes placed at random would have: v·T / (2·n²·(t_r − t_c)). 0 for n < 2. *n_violations may be NULL. */
 double ss_quality_isi_violation_ratio(const int64_t *t, int64_t n, double rate_hz, double duration_s,
                                       double refractory_ms, double censored_ms, int64_t *n_violations);
-/* Fraction of `bins` equal bins of [0, n_samples) that hold at least one of the times t[0..n). */
+/* Fraction of `bins` equal bins of [0, n_samples) that hold at least one of the ascending times t[0..n). */
 double ss_quality_presence_ratio(const int64_t *t, int64_t n, int64_t n_samples, int64_t bins);
 /* Amplitude cutoff of the amplitudes a[0..n) (their magnitudes are used): the histogram (at most
  * max_bins bins, at least 5 spikes a bin on average), smoothed; the mass of the upper tail beyond the
