@@ -104,6 +104,15 @@ int ss_cli_source_option(const char *cmd, int opt, const char *arg, ss_source_sp
  * (named without its dashes); 0, or exit code 2 after printing the problem. */
 int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min, double *out);
 int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int64_t *out);
+/* The same into an int, with max clamped to INT_MAX. */
+int ss_cli_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int *out);
+
+/* --threads N takes 1..SS_CLI_MAX_THREADS: OpenMP starts that many threads per region, each with its
+ * own stack, so an unbounded count exhausts memory or libgomp's own stack. 0 is refused: leaving
+ * the option out already means all the CPU's threads. */
+#define SS_CLI_MAX_THREADS 1024
+/* Parse --threads into *out: 0, or exit code 2 after printing one line. */
+int ss_cli_threads(const char *cmd, const char *arg, int *out);
 /* Parse --device (auto|cpu|cuda) into *out: 0, or exit code 2 after printing one line. */
 int ss_cli_device(const char *cmd, const char *arg, ss_ctx *ctx, ss_device_kind *out);
 

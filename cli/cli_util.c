@@ -2,6 +2,7 @@
  * number and device parsing with usage messages. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,17 @@ int ss_cli_integer(const char *cmd, const char *opt, const char *arg, int64_t mi
     return ss_cli_usage_error(cmd, "--%s: expected an integer >= %" PRId64 ", got \"%s\"", opt, min, arg);
   return ss_cli_usage_error(cmd, "--%s: expected an integer in [%" PRId64 ", %" PRId64 "], got \"%s\"", opt, min, max,
                             arg);
+}
+
+int ss_cli_int(const char *cmd, const char *opt, const char *arg, int64_t min, int64_t max, int *out) {
+  int64_t v = 0;
+  int code = ss_cli_integer(cmd, opt, arg, min, max < INT_MAX ? max : INT_MAX, &v);
+  if (code == 0) *out = (int)v;
+  return code;
+}
+
+int ss_cli_threads(const char *cmd, const char *arg, int *out) {
+  return ss_cli_int(cmd, "threads", arg, 1, SS_CLI_MAX_THREADS, out);
 }
 
 int ss_cli_device(const char *cmd, const char *arg, ss_ctx *ctx, ss_device_kind *out) {

@@ -29,7 +29,8 @@ static const char usage[] =
     "point: 1 = noise, 2..K Gaussian clusters) and the iteration log BASE.klg.SHANK.\n\n"
     "  --param KEY=VALUE      set a parameter (mask_em.X or any dotted path; repeatable)\n"
     "  --params FILE          parameter file (JSON)\n"
-    "  --threads N            CPU threads (default all; the result does not depend on it)\n"
+    "  --threads N            CPU threads, 1 to 1024 (default: all; the result does not depend\n"
+    "                         on it)\n"
     "  --device D             auto | cpu | cuda (default auto)\n"
     "  --start S              mask_patterns | kmeans | clu:FILE (a .clu file, KlustaKwik numbering)\n"
     "  --seed S               random seed (mask-pattern visiting order, split halves)\n"
@@ -112,7 +113,6 @@ static int parse_int(const char *opt, const char *text, int64_t lo, int64_t *out
 }
 
 static int on_option(int opt, const char *arg, cluster_args *a, ss_ctx *ctx, int argc, char **argv) {
-  int64_t v;
   switch (opt) {
     case 'p': {
       const char *eq = strchr(arg, '=');
@@ -125,10 +125,7 @@ static int on_option(int opt, const char *arg, cluster_args *a, ss_ctx *ctx, int
       return add_setting(a, key, -1, eq + 1, SS_PARAMS_OPTION);
     }
     case 'P': a->params = arg; return 0;
-    case 't':
-      if (!parse_int("--threads", arg, 1, &v)) return 2;
-      a->threads = (int)v;
-      return 0;
+    case 't': return ss_cli_threads(CMD, arg, &a->threads);
     case 'd': return ss_cli_device(CMD, arg, ctx, &a->device);
     case 's': a->start = arg; return 0;
     case 'S': return parse_int("--seed", arg, 0, &a->seed) ? 0 : 2;

@@ -28,7 +28,8 @@ static const char usage[] =
     "      --params J         parameter JSON (docs/params.md)\n"
     "      --device D         auto | cpu | cuda (default auto): where the chunk pass runs (noise\n"
     "                         excerpts: CPU threads)\n"
-    "      --threads N        CPU threads (default: all)\n" SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
+    "      --threads N        CPU threads, 1 to 1024 (default: all)\n" SS_CLI_SOURCE_HELP
+    "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;
@@ -40,17 +41,13 @@ typedef struct {
 
 static int on_option(int opt, const char *arg, void *user) {
   detect_args *a = user;
-  int64_t n = 0;
   int code = 0;
   switch (opt) {
     case 'o': a->out_dir = arg; break;
     case 'p': a->probe_path = arg; break;
     case 'j': a->params_path = arg; break;
     case 'D': code = ss_cli_device("detect", arg, a->ctx, &a->device); break;
-    case 't':
-      code = ss_cli_integer("detect", "threads", arg, 1, 4096, &n);
-      a->threads = (int)n;
-      break;
+    case 't': code = ss_cli_threads("detect", arg, &a->threads); break;
     default:
       code = ss_cli_source_option("detect", opt, arg, &a->spec, a->ctx);
       if (code < 0) code = ss_cli_usage_error("detect", "unknown option");

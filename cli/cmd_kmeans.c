@@ -26,7 +26,7 @@ static const char usage[] =
     "  --k K              clusters (default: the rows of an --init FILE, else kmeans.k)\n"
     "  --init I           kmeanspp | random | FILE (K x D starting centroids in any matrix format)\n"
     "  --device D         auto | cpu | cuda (default auto)\n"
-    "  --threads N        CPU threads (default all)\n"
+    "  --threads N        CPU threads, 1 to 1024 (default: all)\n"
     "  --max-iter N       cap on centroid updates (default kmeans.max_iterations)\n"
     "  --tol F            stop when at most this fraction of labels changed (default\n"
     "                     kmeans.tol_change_fraction; 0: only when none changed)\n"
@@ -73,7 +73,6 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, kmeans_args *a) {
   a->patch = DEFAULT_PATCH;
   a->device = SS_DEVICE_AUTO;
   int opt, code;
-  int64_t v;
   while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS "o:", longopts, NULL)) != -1) {
     if (ss_cli_common_option(opt, usage, ctx, &code)) {
       if (code >= 0) return code;
@@ -88,8 +87,7 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, kmeans_args *a) {
         if ((code = ss_cli_device(CMD, optarg, ctx, &a->device)) != 0) return code;
         break;
       case O_THREADS:
-        if (!parse_int("--threads", optarg, 1, &v)) return 2;
-        a->threads = (int)v;
+        if ((code = ss_cli_threads(CMD, optarg, &a->threads)) != 0) return code;
         break;
       case O_MAXIT:
         if (!parse_int("--max-iter", optarg, 0, &a->max_iter)) return 2;

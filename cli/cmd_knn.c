@@ -48,7 +48,7 @@ static const char usage[] =
     "                           write a random table: CLASSES Gaussian blobs in [-100, 100]^DIM\n"
     "      --seed S             seed of --generate and --cv (default: the parameter seed)\n"
     "      --params FILE        parameter file (knn.k, knn.strategy, knn.query_tile, knn.ref_tile)\n"
-    "      --threads N          CPU threads (default all)\n" SS_CLI_COMMON_HELP;
+    "      --threads N          CPU threads, 1 to 1024 (default: all)\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   const char *data, *train, *labels, *queries, *output, *params, *k, *strategy, *seed;
@@ -65,15 +65,6 @@ typedef struct {
   ss_knn_table table;  /* CSV input: the table the answer is written back into */
   int64_t *query_rows; /* CSV input: table row of each query */
 } knn_data;
-
-static int parse_i64(const char *text, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(text, &end, 10);
-  if (end == text || *end || errno == ERANGE) return 0;
-  *out = v;
-  return 1;
-}
 
 /* Returns -1 to continue, else an exit code. */
 static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
@@ -93,7 +84,6 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
                                            {"threads", required_argument, NULL, 0x200b},
                                            {0, 0, 0, 0}};
   int opt, code;
-  int64_t v;
   memset(c, 0, sizeof(*c));
   while ((opt = getopt_long(argc, argv, SS_CLI_COMMON_SHORTOPTS "o:k:", longopts, NULL)) != -1) {
     if (ss_cli_common_option(opt, usage, ctx, &code)) {
@@ -109,8 +99,7 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
       case 0x2002: c->strategy = optarg; break;
       case 0x2003: c->incremental = 1; break;
       case 0x2004:
-        if (!parse_i64(optarg, &c->cv) || c->cv < 2)
-          return ss_cli_usage_error("knn", "--cv: expected an integer >= 2, got \"%s\"", optarg);
+        if ((code = ss_cli_integer("knn", "cv", optarg, 2, INT64_MAX, &c->cv)) != 0) return code;
         break;
       case 0x2005:
         /* --generate takes four values: the option's own and the next three arguments */
@@ -126,9 +115,7 @@ static int parse_args(int argc, char **argv, ss_ctx *ctx, knn_cli *c) {
       case 0x2009: c->queries = optarg; break;
       case 0x200a: c->params = optarg; break;
       case 0x200b:
-        if (!parse_i64(optarg, &v) || v < 1)
-          return ss_cli_usage_error("knn", "--threads: expected an integer >= 1, got \"%s\"", optarg);
-        c->threads = (int)v;
+        if ((code = ss_cli_threads("knn", optarg, &c->threads)) != 0) return code;
         break;
       default: return ss_cli_usage_error("knn", "unknown option");
     }

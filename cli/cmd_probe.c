@@ -27,10 +27,7 @@ static int on_option(int opt, const char *arg, void *user) {
     if (*end || !(a->radius > 0))
       return ss_cli_usage_error("probe", "--radius: expected a number > 0, got \"%s\"", arg);
   } else {
-    long n = strtol(arg, &end, 10);
-    if (*end || n <= 0 || n > 1000000)
-      return ss_cli_usage_error("probe", "--channels: expected an integer > 0, got \"%s\"", arg);
-    a->n_channels = (int)n;
+    return ss_cli_int("probe", "channels", arg, 1, 1000000, &a->n_channels);
   }
   return 0;
 }

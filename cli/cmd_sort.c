@@ -28,7 +28,8 @@ static const char usage[] =
     "      --params J         parameter JSON (docs/params.md)\n"
     "      --device D         auto | cpu | cuda (default auto): where the front end's chunk pass,\n"
     "                         masked EM and the KNN assignment run (noise excerpts: CPU threads)\n"
-    "      --threads N        CPU threads (default: all; the result does not depend on it)\n"
+    "      --threads N        CPU threads, 1 to 1024 (default: all; the result does not depend\n"
+    "                         on it)\n"
     "      --no-merge         keep masked EM's raw clusters\n"
     "      --check            check the written phy folder (files, dtypes, shapes)\n" SS_CLI_SOURCE_HELP
     "\noptions:\n" SS_CLI_COMMON_HELP;
@@ -42,17 +43,13 @@ typedef struct {
 
 static int on_option(int opt, const char *arg, void *user) {
   sort_args *a = user;
-  int64_t n = 0;
   int code = 0;
   switch (opt) {
     case 'o': a->o.out_dir = arg; break;
     case 'p': a->o.probe_path = arg; break;
     case 'j': a->params_path = arg; break;
     case 'D': code = ss_cli_device(CMD, arg, a->ctx, &a->o.device); break;
-    case 't':
-      code = ss_cli_integer(CMD, "threads", arg, 1, 4096, &n);
-      a->o.n_threads = (int)n;
-      break;
+    case 't': code = ss_cli_threads(CMD, arg, &a->o.n_threads); break;
     case 'M': a->no_merge = 1; break;
     case 'K': a->o.check_phy = 1; break;
     default:

@@ -142,6 +142,7 @@ static size_t format_row(char *out, const float *v, int64_t cols, const char *fo
 }
 
 static ss_status write_table(ss_ctx *ctx, const char *path, const ss_matrix *m, const char *format, int n_threads) {
+  (void)n_threads; /* read by the OpenMP pragma only: unused in a build without OpenMP */
   const size_t row_cap = (size_t)m->cols * (KK_NUMBER_CHARS + 1) + 2;
   int64_t block = (int64_t)(KK_BLOCK_BYTES / row_cap);
   if (block < 1) block = 1;

@@ -312,8 +312,7 @@ static int same_secret(const unsigned char *a, const unsigned char *b, size_t n)
   return d == 0;
 }
 
-/* The listener's side: NULL when the peer sent the token (and was answered), else why it is refused. */
-static const char *check_token(int fd, const char *token, size_t len) {
+const char *ss_link_token_check(int fd, const char *token, size_t len) {
   unsigned char head[12], got[SS_LINK_TOKEN_MAX];
   if (read_exact(fd, head, sizeof(head), SS_LINK_AUTH_TIMEOUT_S) != 0) return "missing token";
   if (memcmp(head, SS_LINK_AUTH_MAGIC, 8) != 0) return "missing token";
@@ -439,7 +438,7 @@ static ss_status accept_one(ss_ctx *ctx, const char *uri, const listeners *ls, c
       continue;
     }
     family = ls->family[i];
-    const char *why = o->token ? check_token(*fd, o->token, o->token_len) : NULL;
+    const char *why = o->token ? ss_link_token_check(*fd, o->token, o->token_len) : NULL;
     if (!why) break;
     char who[SS_LINK_ADDR_TEXT];
     addr_text(&peer, peer_len, who, sizeof(who));

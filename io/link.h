@@ -55,6 +55,9 @@ ss_status ss_link_listen_addresses(ss_ctx *ctx, const char *uri, char *text, siz
 /* A token file: its content without leading and trailing white space, SS_LINK_TOKEN_MIN..MAX bytes; a
  * file that others (not owner or group) may read or write is refused. SS_ERR_INPUT naming the file. */
 ss_status ss_link_token_load(ss_ctx *ctx, const char *path, char *token, size_t cap, size_t *len);
+/* The listener's side of the token exchange on a connected socket: NULL when the peer sent `token`
+ * (and was answered), else why it is refused ("missing token", "bad token"). */
+const char *ss_link_token_check(int fd, const char *token, size_t len);
 ss_status ss_link_read(ss_ctx *ctx, ss_link *l, void *buf, size_t cap,
                        size_t *got); /* blocks for >= 1 byte; *got = 0: end of stream */
 /* Idle timeout for readers that poll instead of blocking: SS_ERR_INPUT once no byte came for the link's

@@ -3,6 +3,8 @@
 # "gpu") runs on a machine with a CUDA device and is reported as skipped, with the reason, elsewhere.
 # Then the format check (scripts/format.sh --check) and a CPU-only build with AddressSanitizer and
 # UndefinedBehaviorSanitizer in ${build}-asan, whose CPU tests must run without a single report.
+# Last, every libFuzzer target for SPIKESTREAM_FUZZ_SECONDS (default 60) each (scripts/fuzz.sh;
+# 0 skips them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
@@ -39,5 +41,10 @@ if [ -n "$(ls -A "$reports")" ]; then
     cat "$f"
   done
   rc=1
+fi
+
+fuzz_secs=${SPIKESTREAM_FUZZ_SECONDS:-60}
+if [ "$fuzz_secs" != 0 ]; then
+  SPIKESTREAM_BUILD_DIR="$build" bash scripts/fuzz.sh "$fuzz_secs" || rc=1
 fi
 exit $rc

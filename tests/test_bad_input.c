@@ -115,6 +115,24 @@ static void nwb_electrodes_not_fitting(void **state) {
   expect_cli(args, 1, want);
 }
 
+/* Every computing command bounds --threads to [1, 1024] (0 is refused: leaving the option out means
+ * all cores); an unbounded value overflowed libgomp's stack or was truncated to int. */
+static void threads_bounded(void **state) {
+  (void)state;
+  const char *cmds[] = {"cluster in", "kmeans in.npy -o out", "knn in.csv -o -", "sort in.nwb -o out",
+                        "detect in.nwb -o out"};
+  const char *bad[] = {"100000", "4294967295", "-1", "0", "2x", ""};
+  for (size_t c = 0; c < sizeof(cmds) / sizeof(cmds[0]); c++)
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+      char name[16], args[256], want[256];
+      sscanf(cmds[c], "%15s", name);
+      snprintf(args, sizeof(args), "%s --threads '%s'", cmds[c], bad[i]);
+      snprintf(want, sizeof(want), "spikestream %s: --threads: expected an integer in [1, 1024], got \"%s\"\n", name,
+               bad[i]);
+      expect_cli(args, 2, want);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(knn_header_sizes),
@@ -122,6 +140,7 @@ int main(void) {
       cmocka_unit_test(compare_window),
       cmocka_unit_test(nwb_rate_out_of_range),
       cmocka_unit_test(nwb_electrodes_not_fitting),
+      cmocka_unit_test(threads_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

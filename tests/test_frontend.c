@@ -186,7 +186,7 @@ static void cli_errors(void **state) {
   free(out);
   free(err);
   assert_int_equal(ss_test_run_cli("detect a b --threads 0 -o /tmp/x", &out, &err), 2);
-  assert_non_null(strstr(err, "--threads: expected an integer in [1, 4096], got \"0\""));
+  assert_non_null(strstr(err, "--threads: expected an integer in [1, 1024], got \"0\""));
   free(out);
   free(err);
   char args[8300];
