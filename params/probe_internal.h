@@ -13,8 +13,8 @@ ss_status ss_probe_alloc(ss_ctx *ctx, ss_probe *p, int n, int n_probes);
 /* Every failure names the origin and the JSON path. */
 ss_status ss_probe_get_number(ss_ctx *ctx, const char *origin, const cJSON *item, const char *path, double *out);
 ss_status ss_probe_get_int(ss_ctx *ctx, const char *origin, const cJSON *item, const char *path, int *out);
-ss_status ss_probe_get_array(ss_ctx *ctx, const char *origin, const cJSON *obj, const char *key, int want,
-                             int required, const cJSON **out);
+ss_status ss_probe_get_array(ss_ctx *ctx, const char *origin, const cJSON *obj, const char *key, int want, int required,
+                             const cJSON **out);
 /* positions [[x, y], ...] → p->x, p->y starting at contact `base` (scaled by `scale`) */
 ss_status ss_probe_read_positions(ss_ctx *ctx, const char *origin, const cJSON *arr, const char *key, double scale,
                                   ss_probe *p, int base);

@@ -19,10 +19,10 @@ typedef struct {
   ss_ctx *ctx;
   const char *origin;
   const cJSON *pr;
-  int k;           /* probe index */
-  int base, n;     /* its contacts */
-  double scale;    /* file units → µm */
-  char key[96];    /* "probes[k].name" for messages */
+  int k;        /* probe index */
+  int base, n;  /* its contacts */
+  double scale; /* file units → µm */
+  char key[96]; /* "probes[k].name" for messages */
 } pi_probe;
 
 static const char *pkey(pi_probe *q, const char *name) {
@@ -41,8 +41,7 @@ static ss_status read_units(pi_probe *q) {
   if (cJSON_IsString(u) && strcmp(u->valuestring, "um") == 0) q->scale = 1.0;
   else if (cJSON_IsString(u) && strcmp(u->valuestring, "mm") == 0) q->scale = 1e3;
   else if (cJSON_IsString(u) && strcmp(u->valuestring, "m") == 0) q->scale = 1e6;
-  else
-    return ss_fail(q->ctx, SS_ERR_INPUT, "%s: %s: expected \"um\", \"mm\" or \"m\"", q->origin, pkey(q, "si_units"));
+  else return ss_fail(q->ctx, SS_ERR_INPUT, "%s: %s: expected \"um\", \"mm\" or \"m\"", q->origin, pkey(q, "si_units"));
   return SS_OK;
 }
 
@@ -57,7 +56,8 @@ static ss_status read_axes(pi_probe *q, ss_probe *p) {
       const cJSON *row = cJSON_GetArrayItem(c, a / 2);
       if (!cJSON_IsArray(c) || cJSON_GetArraySize(c) != 2 || !cJSON_IsArray(row) || cJSON_GetArraySize(row) != 2)
         return ss_fail(q->ctx, SS_ERR_INPUT, "%s: %s: expected [[a, b], [c, d]]", q->origin, path);
-      SS_TRY(ss_probe_get_number(q->ctx, q->origin, cJSON_GetArrayItem(row, a % 2), path, &p->axes[4 * (q->base + i) + a]));
+      SS_TRY(ss_probe_get_number(q->ctx, q->origin, cJSON_GetArrayItem(row, a % 2), path,
+                                 &p->axes[4 * (q->base + i) + a]));
     }
   }
   return SS_OK;
@@ -83,8 +83,9 @@ static ss_status read_shapes(pi_probe *q, ss_probe *p) {
     int k = 0;
     while (k < 3 && !(cJSON_IsString(s) && strcmp(s->valuestring, shape_names[k]) == 0)) k++;
     if (k == 3)
-      return ss_fail(q->ctx, SS_ERR_INPUT, "%s: probes[%d].contact_shapes[%d]: expected \"circle\", \"square\" or \"rect\"",
-                     q->origin, q->k, i);
+      return ss_fail(q->ctx, SS_ERR_INPUT,
+                     "%s: probes[%d].contact_shapes[%d]: expected \"circle\", \"square\" or \"rect\"", q->origin, q->k,
+                     i);
     p->shape[q->base + i] = k;
   }
   for (int i = 0; par && i < q->n; i++) {
@@ -101,7 +102,8 @@ static ss_status read_labels(pi_probe *q, const char *key, char (*dst)[SS_PROBE_
   SS_TRY(ss_probe_get_array(q->ctx, q->origin, q->pr, key, q->n, 0, &arr));
   int i = 0;
   for (const cJSON *it = arr ? arr->child : NULL; it; it = it->next, i++) {
-    if (cJSON_IsString(it) && strlen(it->valuestring) < SS_PROBE_ID_LEN) snprintf(dst[i], SS_PROBE_ID_LEN, "%s", it->valuestring);
+    if (cJSON_IsString(it) && strlen(it->valuestring) < SS_PROBE_ID_LEN)
+      snprintf(dst[i], SS_PROBE_ID_LEN, "%s", it->valuestring);
     else if (cJSON_IsNumber(it) && it->valuedouble == floor(it->valuedouble))
       snprintf(dst[i], SS_PROBE_ID_LEN, "%.0f", it->valuedouble);
     else

@@ -72,7 +72,8 @@ static ss_status parse_number(prb_lex *L, cJSON **out) {
 /* a dict key becomes a JSON member name: integers as decimal text */
 static ss_status key_text(prb_lex *L, const cJSON *k, char *buf, size_t n) {
   if (cJSON_IsString(k)) snprintf(buf, n, "%s", k->valuestring);
-  else if (cJSON_IsNumber(k) && k->valuedouble == (double)(long)k->valuedouble) snprintf(buf, n, "%ld", (long)k->valuedouble);
+  else if (cJSON_IsNumber(k) && k->valuedouble == (double)(long)k->valuedouble)
+    snprintf(buf, n, "%ld", (long)k->valuedouble);
   else return ss_fail(L->ctx, SS_ERR_INPUT, "%s: line %d: dict keys must be integers or strings", L->origin, L->line);
   return SS_OK;
 }
@@ -90,8 +91,7 @@ static ss_status parse_items(prb_lex *L, cJSON *c, char close, int dict, int dep
       SS_TRY(parse_value(L, &v, depth + 1));
       cJSON_DeleteItemFromObjectCaseSensitive(c, name);
       cJSON_AddItemToObject(c, name, v);
-    } else
-      cJSON_AddItemToArray(c, k);
+    } else cJSON_AddItemToArray(c, k);
     if (!accept(L, ',')) {
       if (!accept(L, close)) return bad_token(L);
       return SS_OK;
@@ -200,7 +200,8 @@ ss_status ss_probe_load_prb(ss_ctx *ctx, const char *text, const char *origin, d
   cJSON *root = cJSON_CreateObject();
   if (!root) return ss_fail(ctx, SS_ERR_NOMEM, "%s: out of memory", origin);
   ss_status st = parse_file(&L, root);
-  if (st == SS_OK) st = read_groups(ctx, origin, cJSON_GetObjectItemCaseSensitive(root, "channel_groups"), radius_um, out);
+  if (st == SS_OK)
+    st = read_groups(ctx, origin, cJSON_GetObjectItemCaseSensitive(root, "channel_groups"), radius_um, out);
   cJSON_Delete(root);
   if (st != SS_OK) ss_probe_free(out);
   return st;
