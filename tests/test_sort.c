@@ -358,11 +358,33 @@ static void bad_inputs(void **state) {
   free(out);
 }
 
+/* A probeinterface probe with 32 wired contacts and two unwired ones (device channel -1): `probe`
+ * and `sort` both count the 32 wired ones against the recording. */
+static void unwired_contacts(void **state) {
+  (void)state;
+  char path[PATH_LEN], args[ARGS_LEN], dir[PATH_LEN];
+  ss_test_path(path, sizeof(path), "unwired.json");
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"specification\": \"probeinterface\", \"version\": \"0.3.2\", \"probes\": [{\"ndim\": 2, "
+             "\"si_units\": \"um\", \"contact_positions\": [");
+  for (int i = 0; i < 34; i++) fprintf(f, "%s[%d, %d]", i ? ", " : "", (i % 2) * 20, i * 10);
+  fprintf(f, "], \"device_channel_indices\": [");
+  for (int i = 0; i < 34; i++) fprintf(f, "%s%d", i ? ", " : "", i == 5 || i == 33 ? -1 : i < 5 ? i : i - 1);
+  fprintf(f, "]}]}\n");
+  fclose(f);
+  snprintf(args, sizeof(args), "probe '%s' --channels 32", path);
+  free(cli(args, 0, NULL));
+  ss_test_path(dir, sizeof(dir), "unwired");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --probe '%s'", sim_path, dir, path);
+  free(cli(args, 0, NULL));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),          cmocka_unit_test(h5_layouts),       cmocka_unit_test(quality_outputs),
       cmocka_unit_test(threads_and_cluster), cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
-      cmocka_unit_test(em_subset),
+      cmocka_unit_test(em_subset),           cmocka_unit_test(unwired_contacts),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

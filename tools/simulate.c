@@ -388,19 +388,20 @@ ss_status ss_sim_create(ss_ctx *ctx, const ss_sim_config *c, const ss_probe *pro
   *out = NULL;
   SS_TRY(ss_sim_config_validate(ctx, c));
   if (probe->n < 1) return ss_fail(ctx, SS_ERR_INPUT, "simulate: probe %s has no contacts", probe->name);
-  SS_TRY(ss_probe_check_recording(ctx, probe, probe->n));
+  SS_TRY(ss_probe_check_recording(ctx, probe, ss_probe_n_wired(probe)));
   ss_sim *s;
   SS_TRY(SS_CALLOC(ctx, s, 1, "simulation"));
   s->cfg = *c;
-  s->n_channels = probe->n;
+  int C = ss_probe_n_wired(probe);
+  s->n_channels = C;
   s->n_samples = llround(c->duration_s * c->rate_hz);
   ss_status st = SS_OK;
-  if ((st = SS_ALLOC(ctx, s->cx, probe->n, "probe positions")) ||
-      (st = SS_ALLOC(ctx, s->cy, probe->n, "probe positions")) ||
-      (st = alloc_truth(ctx, &s->truth, c->n_units, probe->n)) ||
+  if ((st = SS_ALLOC(ctx, s->cx, C, "probe positions")) || (st = SS_ALLOC(ctx, s->cy, C, "probe positions")) ||
+      (st = alloc_truth(ctx, &s->truth, c->n_units, C)) ||
       (st = SS_CALLOC(ctx, s->units, c->n_units > 0 ? c->n_units : 1, "simulated units")))
     goto fail;
   for (int i = 0; i < probe->n; i++) {
+    if (probe->channel[i] < 0) continue; /* unwired */
     s->cx[probe->channel[i]] = probe->x[i];
     s->cy[probe->channel[i]] = probe->y[i];
   }

@@ -27,7 +27,8 @@ ss_status ss_detect_graph_from_probe(ss_ctx *ctx, const ss_probe *probe, int n_c
   }
   for (int i = 0; i < probe->n; i++) {
     int c = probe->channel[i];
-    if (c < 0 || c >= n_channels) {
+    if (c < 0) continue; /* unwired: not in the recording */
+    if (c >= n_channels) {
       ss_detect_graph_free(g);
       return ss_fail(ctx, SS_ERR_INPUT, "probe %s: channel %d is out of range for a recording of %d channels",
                      probe->name, c, n_channels);
@@ -37,6 +38,7 @@ ss_status ss_detect_graph_from_probe(ss_ctx *ctx, const ss_probe *probe, int n_c
   }
   for (int c = 0; c < n_channels; c++) g->adj_start[c + 1] += g->adj_start[c];
   for (int i = 0; i < probe->n; i++) {
+    if (probe->channel[i] < 0) continue;
     int c = probe->channel[i], k = g->adj_start[c];
     for (int a = probe->adj_start[i]; a < probe->adj_start[i + 1]; a++) g->adj[k++] = probe->channel[probe->adj[a]];
   }
