@@ -1,5 +1,5 @@
-/* source.h — recordings in: one chunked source interface over NWB 2.x, Kwik .raw.kwd, plain HDF5
- * and flat int16 binary files (docs/formats.md, "Recordings read").
+/* source.h — recordings in: one chunked source interface over NWB 2.x, Kwik .raw.kwd, plain HDF5,
+ * flat int16 binary, SpikeGLX, Open Ephys binary and Intan files (docs/formats.md, "Recordings read").
  *
  * A source delivers the recording as int16 chunks [rows × channels], time-major. Chunk i covers the
  * core samples [i·chunk, min((i+1)·chunk, n_samples)) plus `left` samples before and `right` after;
@@ -42,7 +42,10 @@ typedef enum {
   SS_FORMAT_NWB,
   SS_FORMAT_KWIK,
   SS_FORMAT_HDF5,
-  SS_FORMAT_BINARY
+  SS_FORMAT_BINARY,
+  SS_FORMAT_SPIKEGLX,  /* .bin + .meta pair (either named); auto when the sibling .meta exists */
+  SS_FORMAT_OPENEPHYS, /* Open Ephys binary: a folder holding structure.oebin, or that file */
+  SS_FORMAT_INTAN      /* Intan .rhd / .rhs */
 } ss_source_format;
 
 typedef enum { SS_LAYOUT_TIME_MAJOR = 0, SS_LAYOUT_CHANNEL_MAJOR } ss_layout;
@@ -61,7 +64,8 @@ typedef struct {
   const char *path;
   ss_source_format format;
   const char *dataset;   /* plain HDF5: path of the data inside the file */
-  const char *series;    /* NWB: ElectricalSeries name under /acquisition; Kwik: recording name */
+  const char *series;    /* NWB: ElectricalSeries name under /acquisition; Kwik: recording name;
+                            Open Ephys: continuous stream */
   double rate_hz;        /* plain HDF5, binary: required; Kwik: used when the file has none */
   ss_layout layout;      /* plain HDF5 */
   int n_channels;        /* binary: required */
@@ -73,8 +77,10 @@ typedef struct {
 typedef struct {
   ss_source_format format;
   char path[SS_SOURCE_PATH_MAX];
-  char dataset[SS_SOURCE_NAME_MAX]; /* data path inside an HDF5 file ("" for binary) */
-  char dtype[16];                   /* "int16", "float32", "float64" */
+  char data_path[SS_SOURCE_PATH_MAX]; /* the file holding the samples when not `path` (SpikeGLX .bin,
+                                         Open Ephys continuous.dat), else "" */
+  char dataset[SS_SOURCE_NAME_MAX];   /* data path inside an HDF5 file ("" for binary) */
+  char dtype[16];                     /* "int16", "float32", "float64" */
   ss_layout layout;
   double rate_hz;
   double start_time_s;
@@ -89,6 +95,8 @@ typedef struct {
   int has_positions;
   double *x_um, *y_um; /* [n_channels] when has_positions, else NULL */
   int threaded;        /* 1: a reader thread prefetches */
+  int n_left_out;      /* channels of the file not delivered (sync, ADC/AUX) */
+  char left_out[256];  /* what they were, for the log ("" when none) */
 } ss_source_info;
 
 typedef struct {
@@ -118,7 +126,7 @@ ss_status ss_source_limit(ss_ctx *ctx, ss_source *src, int64_t n_samples);
 void ss_source_close(ss_source *src);
 
 const char *ss_source_format_name(ss_source_format f);
-/* "auto|nwb|kwik|hdf5|binary", "time-major|channel-major" */
+/* "auto|nwb|kwik|hdf5|binary|spikeglx|openephys|intan", "time-major|channel-major" */
 ss_status ss_source_format_parse(ss_ctx *ctx, const char *text, ss_source_format *out);
 ss_status ss_source_layout_parse(ss_ctx *ctx, const char *text, ss_layout *out);
 

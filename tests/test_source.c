@@ -354,7 +354,9 @@ static void bad_binary(void **state) {
   fclose(fopen(path, "wb"));
   ss_source_spec m = {.path = path};
   snprintf(want, sizeof(want),
-           "%s: not an HDF5 file; for flat int16 binary name it .bin/.dat/.raw or give --channels N", path);
+           "%s: not a recognised recording (HDF5, SpikeGLX .bin/.meta, Open Ephys folder, Intan .rhd/.rhs); for "
+           "flat int16 binary name it .bin/.dat/.raw or give --channels N",
+           path);
   expect_error(&m, want);
 }
 
