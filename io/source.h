@@ -11,7 +11,8 @@
  *
  * Scaling to microvolts: µV = (sample − 0)·uv_per_step[c] + offset_uv. For NWB,
  * uv_per_step[c] = conversion × channel_conversion[c] × (unit in µV) and offset_uv = offset × (unit in
- * µV); for Kwik, channel_bit_volts (µV per bit, Open Ephys) when present. Otherwise the spec's
+ * µV); for Kwik, channel_bit_volts (µV per bit, Open Ephys) when present; SpikeGLX, Open Ephys
+ * binary and Intan files carry their own (docs/formats.md). Otherwise the spec's
  * uv_per_step (0: unknown, reported as 1 with scale_known = 0).
  *
  * Float data (float32/float64, any format but binary) are delivered as int16 too: at open the whole
@@ -20,7 +21,8 @@
  * uv_per_step includes the step. float_step reports it (0 for integer data).
  *
  * Threading: data are read with pread() from the file offsets of the dataset's storage (contiguous
- * or unfiltered chunked little-endian HDF5 datasets, and binary files), which is thread-safe. Other
+ * or unfiltered chunked little-endian HDF5 datasets, binary, SpikeGLX, Open Ephys and Intan files),
+ * which is thread-safe. Other
  * HDF5 datasets (compressed, big-endian, compact) are read with the HDF5 library, on the caller's
  * thread when the library was not built thread-safe (no prefetch then). All HDF5 metadata is read in
  * ss_source_open on the caller's thread. */

@@ -91,8 +91,7 @@ static ss_status pick_stream(ss_ctx *ctx, const oebin_t *o, const char *want, co
                  names);
 }
 
-static ss_status num(ss_ctx *ctx, const oebin_t *o, const cJSON *obj, const char *where, const char *key,
-                     double *out) {
+static ss_status num(ss_ctx *ctx, const oebin_t *o, const cJSON *obj, const char *where, const char *key, double *out) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
   if (cJSON_IsNumber(v) && isfinite(v->valuedouble)) {
     *out = v->valuedouble;
@@ -105,7 +104,8 @@ static ss_status num(ss_ctx *ctx, const oebin_t *o, const cJSON *obj, const char
 }
 
 static int neural(const cJSON *ch) {
-  const cJSON *u = cJSON_GetObjectItemCaseSensitive(ch, "units"), *n = cJSON_GetObjectItemCaseSensitive(ch, "channel_name");
+  const cJSON *u = cJSON_GetObjectItemCaseSensitive(ch, "units"),
+              *n = cJSON_GetObjectItemCaseSensitive(ch, "channel_name");
   const char *units = cJSON_IsString(u) ? u->valuestring : "", *name = cJSON_IsString(n) ? n->valuestring : "";
   int uv = !strcmp(units, "uV") || !strcmp(units, "\xc2\xb5V") || !strcmp(units, "\xce\xbcV");
   return uv && strncmp(name, "ADC", 3) != 0 && strncmp(name, "AUX", 3) != 0;
@@ -116,8 +116,8 @@ static ss_status channels(ss_ctx *ctx, const oebin_t *o, const cJSON *s, const c
                           ss_source_info *info, ss_store *store) {
   const cJSON *chs = cJSON_GetObjectItemCaseSensitive(s, "channels"), *ch;
   if (!cJSON_IsArray(chs) || cJSON_GetArraySize(chs) != total)
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: key channels: expected an array of num_channels (%d) entries",
-                   o->oebin, where, total);
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: key channels: expected an array of num_channels (%d) entries", o->oebin,
+                   where, total);
   SS_TRY(SS_ALLOC(ctx, store->cols, (size_t)total, "channel selection"));
   SS_TRY(SS_ALLOC(ctx, info->uv_per_step, (size_t)total, "channel scales"));
   int k = 0, i = 0;
@@ -171,6 +171,10 @@ static ss_status open_stream(ss_ctx *ctx, const oebin_t *o, const ss_source_spec
     return ss_fail(ctx, SS_ERR_INPUT, "%s: %lld bytes is not a whole number of %d-channel int16 frames",
                    info->data_path, (long long)size, (int)total);
   store->dims[1] = info->n_channels;
+  if (info->n_channels == (int)total) { /* every channel kept: whole frames straight into the chunk */
+    free(store->cols);
+    store->cols = NULL;
+  }
   info->format = SS_FORMAT_OPENEPHYS;
   snprintf(info->dtype, sizeof(info->dtype), "int16");
   info->rate_hz = rate;

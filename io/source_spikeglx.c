@@ -10,10 +10,10 @@
 #include "io/source_internal.h"
 
 #define META_MAX_BYTES (16 << 20)
-#define NP1_MAX_INT 512   /* imMaxInt when the .meta predates the key: 10-bit NP 1.0 */
-#define NP2_MAX_INT 8192  /* 14-bit NP 2.0 */
-#define NP2_GAIN 80.0     /* NP 2.0 probes have one fixed gain */
-#define NI_MAX_INT 32768  /* niMaxInt when absent */
+#define NP1_MAX_INT 512  /* imMaxInt when the .meta predates the key: 10-bit NP 1.0 */
+#define NP2_MAX_INT 8192 /* 14-bit NP 2.0 */
+#define NP2_GAIN 80.0    /* NP 2.0 probes have one fixed gain */
+#define NI_MAX_INT 32768 /* niMaxInt when absent */
 #define SHANK_PITCH_UM 250.0
 #define COL_PITCH_UM 32.0
 #define NP1_ROW_PITCH_UM 20.0
@@ -23,11 +23,11 @@ typedef struct {
   char meta[SS_SOURCE_PATH_MAX], bin[SS_SOURCE_PATH_MAX];
   char *text; /* the .meta, NUL-terminated per line */
   size_t len;
-  int imec;             /* typeThis imec (else nidq) */
-  int n_saved, n_kept;  /* saved channels; channels delivered (the first n_kept) */
-  int counts[4];        /* snsApLfSy (AP, LF, SY) or snsMnMaXaDw (MN, MA, XA, DW) */
-  int np2;              /* ~imroTbl entries without per-channel gains */
-  int *acq;             /* [n_saved] acquired channel id of each saved channel */
+  int imec;            /* typeThis imec (else nidq) */
+  int n_saved, n_kept; /* saved channels; channels delivered (the first n_kept) */
+  int counts[4];       /* snsApLfSy (AP, LF, SY) or snsMnMaXaDw (MN, MA, XA, DW) */
+  int np2;             /* ~imroTbl entries without per-channel gains */
+  int *acq;            /* [n_saved] acquired channel id of each saved channel */
 } meta_t;
 
 /* ---------------------------------------------------------------- key=value access */
@@ -271,9 +271,11 @@ static ss_status open_meta(ss_ctx *ctx, meta_t *m, ss_source_info *info, ss_stor
   info->rate_hz = rate;
   info->n_channels = m->n_kept;
   info->n_samples = size / frame;
-  store->dims[1] = m->n_kept;
-  SS_TRY(SS_ALLOC(ctx, store->cols, (size_t)m->n_kept, "channel selection"));
-  for (int c = 0; c < m->n_kept; c++) store->cols[c] = c;
+  if (m->n_kept < m->n_saved) { /* the delivered channels are the first n_kept of each frame */
+    store->dims[1] = m->n_kept;
+    SS_TRY(SS_ALLOC(ctx, store->cols, (size_t)m->n_kept, "channel selection"));
+    for (int c = 0; c < m->n_kept; c++) store->cols[c] = c;
+  }
   info->n_left_out = m->n_saved - m->n_kept;
   if (info->n_left_out)
     snprintf(info->left_out, sizeof(info->left_out), "%s",

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/source.h"
 #include "ss_test.h"
@@ -64,18 +65,19 @@ static void expect_fail(ss_source_spec *spec, ss_status want_st, const char *wan
 
 static int16_t glx_value(int64_t t, int c) { return (int16_t)((t * 7 + c * 1000) % 30000 - 15000); }
 
-static const char *glx_meta_fmt = "typeThis=imec\n"
-                                  "imSampRate=30000\n"
-                                  "nSavedChans=5\n"
-                                  "snsApLfSy=4,0,1\n"
-                                  "acqApLfSy=4,4,1\n"
-                                  "imAiRangeMax=0.6\n"
-                                  "imAiRangeMin=-0.6\n"
-                                  "%s\n"
-                                  "snsSaveChanSubset=all\n"
-                                  "fileSizeBytes=%s\n"
-                                  "~imroTbl=(0,4)(0 0 0 500 250 1)(1 0 0 500 250 1)(2 0 0 1000 250 1)(3 0 0 500 250 1)\n"
-                                  "%s\n";
+static const char *glx_meta_fmt =
+    "typeThis=imec\n"
+    "imSampRate=30000\n"
+    "nSavedChans=5\n"
+    "snsApLfSy=4,0,1\n"
+    "acqApLfSy=4,4,1\n"
+    "imAiRangeMax=0.6\n"
+    "imAiRangeMin=-0.6\n"
+    "%s\n"
+    "snsSaveChanSubset=all\n"
+    "fileSizeBytes=%s\n"
+    "~imroTbl=(0,4)(0 0 0 500 250 1)(1 0 0 500 250 1)(2 0 0 1000 250 1)(3 0 0 500 250 1)\n"
+    "%s\n";
 
 /* Write glx.bin and glx.meta; `max_int`, `size` and `map` fill the .meta's variable lines. */
 static void write_glx(char *bin, size_t len, const char *max_int, const char *size, const char *map) {
@@ -228,6 +230,117 @@ static void openephys_read(void **state) {
   expect_fail(&spec, SS_ERR_INPUT, want);
 }
 
+/* ---------------------------------------------------------------- Intan */
+
+typedef struct {
+  unsigned char *b;
+  size_t n;
+} bytes_t;
+
+static void put(bytes_t *o, uint32_t v, int size) {
+  o->b = realloc(o->b, o->n + 4);
+  for (int i = 0; i < size; i++) o->b[o->n++] = (unsigned char)(v >> (8 * i));
+}
+static void put_f32(bytes_t *o, float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  put(o, u, 4);
+}
+static void put_qstring(bytes_t *o, const char *ascii) { /* UTF-16LE, or null */
+  put(o, ascii ? (uint32_t)(2 * strlen(ascii)) : 0xFFFFFFFFu, 4);
+  for (; ascii && *ascii; ascii++) put(o, (unsigned char)*ascii, 2);
+}
+/* One channel record: signal type and enabled flag; rhs has a command_stream field. */
+static void put_channel(bytes_t *o, int rhs, const char *name, int type) {
+  put_qstring(o, name);
+  put_qstring(o, name);
+  put(o, 0, 2), put(o, 0, 2);
+  put(o, (uint32_t)type, 2), put(o, 1, 2);
+  for (int i = 0; i < (rhs ? 3 : 2) + 4; i++) put(o, 0, 2);
+  put_f32(o, 0), put_f32(o, 0);
+}
+
+static int16_t intan_value(int64_t t, int c) { return (int16_t)((t * 11 + c * 5000) % 30000 - 15000); }
+
+#define INTAN_BLOCKS 5
+
+/* An .rhd (major version 1 or 3) or .rhs: 2 amplifier channels, 1 aux (rhd) and 1 ADC channel. */
+static void write_intan(char *path, size_t len, int rhs, int major) {
+  ss_test_path(path, len, rhs ? "tiny.rhs" : major == 3 ? "tiny3.rhd" : "tiny.rhd");
+  bytes_t o = {0};
+  put(&o, rhs ? 0xD69127ACu : 0xC6912702u, 4);
+  put(&o, (uint32_t)major, 2), put(&o, 3, 2);
+  put_f32(&o, 20000.0f);
+  put(&o, 1, 2);
+  for (int i = 0; i < (rhs ? 8 : 6); i++) put_f32(&o, 1.0f);
+  put(&o, 1, 2); /* notch 50 Hz */
+  put_f32(&o, 1000.0f), put_f32(&o, 1000.0f);
+  if (rhs) put(&o, 0, 2), put(&o, 0, 2), put_f32(&o, 1), put_f32(&o, 1), put_f32(&o, 1);
+  put_qstring(&o, "note"), put_qstring(&o, NULL), put_qstring(&o, NULL);
+  if (rhs) put(&o, 0, 2), put(&o, 0, 2), put_qstring(&o, "hardware");
+  else {
+    put(&o, 0, 2), put(&o, 0, 2); /* temp sensors, eval board mode */
+    if (major > 1) put_qstring(&o, "hardware");
+  }
+  put(&o, 2, 2); /* groups */
+  put_qstring(&o, "Port A"), put_qstring(&o, "A");
+  put(&o, 1, 2), put(&o, rhs ? 2 : 3, 2), put(&o, 2, 2);
+  put_channel(&o, rhs, "A-000", 0);
+  put_channel(&o, rhs, "A-001", 0);
+  if (!rhs) put_channel(&o, rhs, "A-AUX1", 1);
+  put_qstring(&o, "Board ADC"), put_qstring(&o, "ADC");
+  put(&o, 1, 2), put(&o, 1, 2), put(&o, 0, 2);
+  put_channel(&o, rhs, "ADC-00", 3);
+  int n = rhs || major >= 3 ? 128 : 60;
+  for (int b = 0; b < INTAN_BLOCKS; b++) {
+    for (int i = 0; i < n; i++) put(&o, (uint32_t)(1000 + b * n + i), 4);
+    for (int c = 0; c < 2; c++)
+      for (int i = 0; i < n; i++) put(&o, (uint16_t)(intan_value(b * n + i, c) + 32768), 2);
+    if (rhs)
+      for (int i = 0; i < 2 * n; i++) put(&o, 1, 2); /* stimulation data */
+    else
+      for (int i = 0; i < n / 4; i++) put(&o, 7, 2); /* aux */
+    for (int i = 0; i < n; i++) put(&o, 9, 2);       /* ADC */
+  }
+  write_bytes(path, o.b, o.n);
+  free(o.b);
+}
+
+static void intan_read(void **state) {
+  (void)state;
+  char path[512];
+  for (int v = 0; v < 3; v++) {
+    write_intan(path, sizeof(path), v == 2, v == 1 ? 3 : 1);
+    ss_source_spec spec = {.path = path};
+    ss_source *src = open_ok(&spec);
+    const ss_source_info *in = ss_source_get_info(src);
+    int n = v ? 128 : 60;
+    assert_int_equal(in->format, SS_FORMAT_INTAN);
+    assert_true(in->rate_hz == 20000.0);
+    assert_int_equal(in->n_channels, 2);
+    assert_int_equal(in->n_samples, INTAN_BLOCKS * n);
+    assert_int_equal(in->n_left_out, v == 2 ? 1 : 2);
+    assert_true(in->uv_per_step[0] == 0.195 && in->uv_per_step[1] == 0.195);
+    assert_true(fabs(in->start_time_s - 1000 / 20000.0) < 1e-12);
+    check_samples(src, intan_value);
+    ss_source_close(src);
+  }
+  /* cut inside a block; a wrong magic */
+  FILE *f = fopen(path, "r+b");
+  fseek(f, 0, SEEK_END);
+  long size = ftell(f);
+  fclose(f);
+  assert_int_equal(truncate(path, size - 3), 0);
+  ss_source_spec spec = {.path = path};
+  expect_fail(&spec, SS_ERR_INPUT, "data bytes is not a whole number of");
+  f = fopen(path, "r+b");
+  fwrite("\x01\x02\x03\x04", 1, 4, f);
+  fclose(f);
+  char want[1024];
+  snprintf(want, sizeof(want), "%s: header field magic: expected 0xD69127AC (RHS2000), got 0x04030201", path);
+  expect_fail(&spec, SS_ERR_INPUT, want);
+}
+
 /* ---------------------------------------------------------------- CLI */
 
 static void cli_formats(void **state) {
@@ -262,10 +375,8 @@ static void cli_formats(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(spikeglx_read),
-      cmocka_unit_test(spikeglx_bad),
-      cmocka_unit_test(openephys_read),
-      cmocka_unit_test(cli_formats),
+      cmocka_unit_test(spikeglx_read), cmocka_unit_test(spikeglx_bad), cmocka_unit_test(openephys_read),
+      cmocka_unit_test(intan_read),    cmocka_unit_test(cli_formats),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
