@@ -129,6 +129,41 @@ static void spikeglx_read(void **state) {
   ss_source_close(src);
 }
 
+/* Other .meta variants over the same 5-channel .bin: NI-DAQ, NP 2.0, an LF file with a channel subset. */
+static void spikeglx_variants(void **state) {
+  (void)state;
+  static const char *metas[] = {
+      "typeThis=nidq\nniSampRate=25000\nnSavedChans=5\nsnsMnMaXaDw=2,1,1,1\nniAiRangeMax=5\nniMaxInt=32768\n"
+      "niMNGain=200\nniMAGain=1\nfileSizeBytes=10000\n",
+      "typeThis=imec\nimSampRate=30000\nnSavedChans=5\nsnsApLfSy=4,0,1\nimAiRangeMax=0.5\nfileSizeBytes=10000\n"
+      "~imroTbl=(24,4)(0 0 0 0 0)(1 0 0 0 1)(2 0 0 0 2)(3 0 0 0 3)\n"
+      "~snsShankMap=(1,2,640)(0:0:0:1)(0:1:0:1)(0:0:1:1)(0:1:1:1)\n",
+      "typeThis=imec\nimSampRate=2500\nnSavedChans=5\nsnsApLfSy=0,4,1\nacqApLfSy=4,4,1\nsnsSaveChanSubset=4:8\n"
+      "imAiRangeMax=0.6\nimMaxInt=512\nfileSizeBytes=10000\n"
+      "~imroTbl=(0,4)(0 0 0 500 250 1)(1 0 0 500 250 1)(2 0 0 500 125 1)(3 0 0 500 250 1)\n",
+  };
+  const double rate[] = {25000, 30000, 2500},
+               uv0[] = {5.0 / 32768 / 200 * 1e6, 0.5 / 8192 / 80 * 1e6, 0.6 / 512 / 250 * 1e6};
+  const double uv2[] = {5.0 / 32768 * 1e6, uv0[1], uv0[2] * 2};
+  const int channels[] = {3, 4, 4};
+  char bin[512], meta[512];
+  for (int v = 0; v < 3; v++) {
+    write_glx(bin, sizeof(bin), "imMaxInt=512", "10000", "");
+    ss_test_path(meta, sizeof(meta), "glx.meta");
+    write_bytes(meta, metas[v], strlen(metas[v]));
+    ss_source_spec spec = {.path = bin};
+    ss_source *src = open_ok(&spec);
+    const ss_source_info *in = ss_source_get_info(src);
+    assert_true(in->rate_hz == rate[v]);
+    assert_int_equal(in->n_channels, channels[v]);
+    assert_true(fabs(in->uv_per_step[0] - uv0[v]) < 1e-9 && fabs(in->uv_per_step[2] - uv2[v]) < 1e-9);
+    assert_int_equal(in->has_positions, v == 1);
+    if (v == 1) assert_true(in->y_um[2] == 15.0 && in->x_um[1] == 32.0);
+    check_samples(src, glx_value);
+    ss_source_close(src);
+  }
+}
+
 static void spikeglx_bad(void **state) {
   (void)state;
   char bin[512], meta[512], want[2048];
@@ -209,6 +244,19 @@ static void openephys_read(void **state) {
     check_samples(src, oe_value);
     ss_source_close(src);
   }
+  /* every channel neural: whole frames go straight into the chunk */
+  char json[600];
+  snprintf(json, sizeof(json), "%s/structure.oebin", dir);
+  char *text = ss_test_slurp(json), *adc = strstr(text, "\"units\": \"V\"");
+  memcpy(adc, "\"units\":\"uV\"", 12); /* ADC1 in uV, renamed: it counts now */
+  memcpy(strstr(text, "ADC1"), "CHX1", 4);
+  write_bytes(json, text, strlen(text));
+  free(text);
+  ss_source_spec all = {.path = dir};
+  ss_source *as = open_ok(&all);
+  assert_int_equal(ss_source_get_info(as)->n_channels, 4);
+  assert_int_equal(ss_source_get_info(as)->n_left_out, 0);
+  ss_source_close(as);
   write_oe(dir, sizeof(dir), "oe2", 2, "0.195");
   ss_source_spec spec = {.path = dir};
   snprintf(want, sizeof(want),
@@ -367,6 +415,18 @@ static void cli_formats(void **state) {
   assert_non_null(strstr(out, "channels:     3\n"));
   assert_non_null(strstr(err, "1 channel left out: ADC1"));
   free(out), free(err);
+  write_intan(bin, sizeof(bin), 0, 1);
+  snprintf(args, sizeof(args), "inspect '%s'", bin);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
+  assert_non_null(strstr(out, "format:       intan\n"));
+  assert_non_null(strstr(out, "channels:     2\n"));
+  assert_non_null(strstr(out, "scale:        0.195 uV per step"));
+  assert_non_null(strstr(out, "left out:     2 channels"));
+  free(out), free(err);
+  snprintf(args, sizeof(args), "inspect '%s' --uv-per-step 0.2", bin);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 2);
+  assert_non_null(strstr(err, "--uv-per-step does not apply to intan input"));
+  free(out), free(err);
   snprintf(args, sizeof(args), "inspect '%s' --channels 3", dir);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 2);
   assert_non_null(strstr(err, "--channels does not apply to openephys input"));
@@ -375,8 +435,8 @@ static void cli_formats(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(spikeglx_read), cmocka_unit_test(spikeglx_bad), cmocka_unit_test(openephys_read),
-      cmocka_unit_test(intan_read),    cmocka_unit_test(cli_formats),
+      cmocka_unit_test(spikeglx_read),  cmocka_unit_test(spikeglx_variants), cmocka_unit_test(spikeglx_bad),
+      cmocka_unit_test(openephys_read), cmocka_unit_test(intan_read),        cmocka_unit_test(cli_formats),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
