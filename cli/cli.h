@@ -87,14 +87,16 @@ enum {
 #define SS_CLI_SOURCE_HELP \
   "source options:\n" \
   "  --series NAME     NWB: the ElectricalSeries under /acquisition (default: the first);\n" \
-  "                    Kwik: the recording (default: 0)\n" \
+  "                    Kwik: the recording (default: 0); Open Ephys: the continuous stream\n" \
   "  --dataset PATH    plain HDF5: the dataset holding the samples\n" \
   "  --rate HZ         sampling rate (plain HDF5 and binary; Kwik files without sample_rate)\n" \
   "  --layout L        plain HDF5: time-major (default) or channel-major\n" \
   "  --channels N      flat binary: channels per frame\n" \
   "  --offset BYTES    flat binary: header bytes to skip (default 0)\n" \
   "  --uv-per-step X   microvolts per step for formats without a scale\n" \
-  "  --format F        auto (default), nwb, kwik, hdf5 or binary\n"
+  "  --format F        auto (default), nwb, kwik, hdf5, binary, spikeglx, openephys or intan\n" \
+  "                    (SpikeGLX .bin/.meta, Open Ephys folders and Intan .rhd/.rhs give their own\n" \
+  "                    rate, channels and scale; options a format does not read are refused)\n"
 
 /* Handle one source option into *spec: returns -1 when `opt` is not a source option, else 0 or an
  * exit code (2) after printing the problem. */

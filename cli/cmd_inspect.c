@@ -12,7 +12,8 @@
 
 static const char usage[] =
     "usage: spikestream inspect INPUT [source options] [--check-nwb] [options]\n\n"
-    "Open a recording (NWB 2.x, Kwik .raw.kwd, plain HDF5 or flat int16 binary; detected from the file)\n"
+    "Open a recording (NWB 2.x, Kwik .raw.kwd, plain HDF5, flat int16 binary, SpikeGLX .bin/.meta, Open\n"
+    "Ephys binary folder or Intan .rhd/.rhs; detected from the file)\n"
     "and print its format, sampling rate, channels, duration, sample count, scale and whether it\n"
     "carries channel positions.\n\n"
     "  --check-nwb       also run the NWB 2.x structural check (paths, attributes, neurodata types,\n"
@@ -50,6 +51,20 @@ static void print_scale(const ss_source_info *in) {
   if (in->float_step > 0) printf("float data:   mapped to int16 with %.9g file units per step\n", in->float_step);
 }
 
+/* Where the samples are: dataset, data file or blocks, by format. */
+static void print_data(const ss_source_info *in) {
+  if (in->format == SS_FORMAT_INTAN)
+    printf("data:         amplifier channels of the data blocks (uint16, delivered as value - 32768)\n");
+  else if (in->format == SS_FORMAT_SPIKEGLX || in->format == SS_FORMAT_OPENEPHYS)
+    printf("data:         %s (%s, channel-interleaved)\n", in->data_path, in->dtype);
+  else if (in->data_path[0]) printf("data file:    %s (followed from the .kwik)\n", in->data_path);
+  if (in->format == SS_FORMAT_OPENEPHYS) printf("stream:       %s\n", in->dataset);
+  else if (in->format == SS_FORMAT_BINARY) printf("dataset:      flat binary (%s, channel-interleaved)\n", in->dtype);
+  else if (in->dataset[0])
+    printf("dataset:      %s (%s, %s)\n", in->dataset, in->dtype,
+           in->layout == SS_LAYOUT_TIME_MAJOR ? "time-major" : "channel-major");
+}
+
 int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   static const struct option opts[] = {SS_CLI_SOURCE_LONGOPTS,
                                        {"check-nwb", no_argument, NULL, 'K'},
@@ -74,16 +89,17 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
   const ss_source_info *in = ss_source_get_info(src);
   printf("file:         %s\n", in->path);
   printf("format:       %s\n", ss_source_format_name(in->format));
-  if (in->dataset[0])
-    printf("dataset:      %s (%s, %s)\n", in->dataset, in->dtype,
-           in->layout == SS_LAYOUT_TIME_MAJOR ? "time-major" : "channel-major");
-  else printf("dataset:      flat binary (%s, channel-interleaved)\n", in->dtype);
+  print_data(in);
   printf("rate:         %.9g Hz%s\n", in->rate_hz, in->from_timestamps ? " (from regular timestamps)" : "");
   printf("channels:     %d\n", in->n_channels);
   printf("samples:      %lld\n", (long long)in->n_samples);
   printf("duration:     %.3f s (starting at %.9g s)\n", in->duration_s, in->start_time_s);
   print_scale(in);
-  printf("positions:    %s\n", in->has_positions ? "yes (electrodes table)" : "no");
+  printf("positions:    %s\n", !in->has_positions                 ? "no"
+                               : in->format == SS_FORMAT_SPIKEGLX ? "yes (.meta geometry)"
+                                                                  : "yes (electrodes table)");
+  if (in->n_left_out)
+    printf("left out:     %d channel%s (%s)\n", in->n_left_out, in->n_left_out > 1 ? "s" : "", in->left_out);
   printf("reader:       %s\n", in->threaded ? "direct reads with a prefetch thread" : "HDF5 library, caller's thread");
   ss_source_close(src);
   if (!a.check_nwb) return 0;

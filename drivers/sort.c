@@ -361,7 +361,8 @@ static void keep_labels(ss_sort_state *s) {
 
 static ss_status run_all(ss_ctx *ctx, const ss_sort_opts *o, const ss_backend *be, ss_source *src, ss_sort_state *s,
                          double t_start) {
-  crc_job job = {.path = o->spec.path};
+  const ss_source_info *in = ss_source_get_info(src);
+  crc_job job = {.path = in->data_path[0] ? in->data_path : o->spec.path}; /* the samples' file, not a folder */
   ss_ctx_init(&job.ctx);
   pthread_t th;
   int threaded = pthread_create(&th, NULL, crc_main, &job) == 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/source_internal.h"
 
 #define FLOAT_SCAN_ROWS 65536    /* rows per block of the float scan */
@@ -35,17 +36,18 @@ struct ss_source {
 };
 
 const char *ss_source_format_name(ss_source_format f) {
-  static const char *names[] = {"auto", "nwb", "kwik", "hdf5", "binary"};
-  return (unsigned)f < 5 ? names[f] : "?";
+  static const char *names[] = {"auto", "nwb", "kwik", "hdf5", "binary", "spikeglx", "openephys", "intan"};
+  return (unsigned)f < sizeof(names) / sizeof(names[0]) ? names[f] : "?";
 }
 
 ss_status ss_source_format_parse(ss_ctx *ctx, const char *text, ss_source_format *out) {
-  for (int f = SS_FORMAT_AUTO; f <= SS_FORMAT_BINARY; f++)
+  for (int f = SS_FORMAT_AUTO; f <= SS_FORMAT_INTAN; f++)
     if (strcmp(text, ss_source_format_name((ss_source_format)f)) == 0) {
       *out = (ss_source_format)f;
       return SS_OK;
     }
-  return ss_fail(ctx, SS_ERR_USAGE, "format: expected auto, nwb, kwik, hdf5 or binary, got \"%s\"", text);
+  return ss_fail(ctx, SS_ERR_USAGE,
+                 "format: expected auto, nwb, kwik, hdf5, binary, spikeglx, openephys or intan, got \"%s\"", text);
 }
 
 ss_status ss_source_layout_parse(ss_ctx *ctx, const char *text, ss_layout *out) {
@@ -88,17 +90,67 @@ static int binary_extension(const char *path) {
   return dot && (!strcmp(dot, ".bin") || !strcmp(dot, ".dat") || !strcmp(dot, ".raw"));
 }
 
+/* The options each format reads (the others are refused rather than silently ignored). */
+enum { OPT_SERIES = 1, OPT_DATASET = 2, OPT_RATE = 4, OPT_LAYOUT = 8, OPT_CHANNELS = 16, OPT_OFFSET = 32, OPT_UV = 64 };
+
+static ss_status check_options(ss_ctx *ctx, const ss_source_spec *spec, ss_source_format f) {
+  static const int takes[] = {
+      [SS_FORMAT_NWB] = OPT_SERIES,
+      [SS_FORMAT_KWIK] = OPT_SERIES | OPT_RATE | OPT_UV,
+      [SS_FORMAT_HDF5] = OPT_DATASET | OPT_RATE | OPT_LAYOUT | OPT_UV,
+      [SS_FORMAT_BINARY] = OPT_RATE | OPT_CHANNELS | OPT_OFFSET | OPT_UV,
+      [SS_FORMAT_SPIKEGLX] = 0,
+      [SS_FORMAT_OPENEPHYS] = OPT_SERIES,
+      [SS_FORMAT_INTAN] = 0,
+  };
+  struct {
+    int bit, given;
+    const char *name;
+  } opts[] = {
+      {OPT_SERIES, spec->series && *spec->series, "--series"},
+      {OPT_DATASET, spec->dataset && *spec->dataset, "--dataset"},
+      {OPT_RATE, spec->rate_hz > 0, "--rate"},
+      {OPT_LAYOUT, spec->layout != SS_LAYOUT_TIME_MAJOR, "--layout"},
+      {OPT_CHANNELS, spec->n_channels > 0, "--channels"},
+      {OPT_OFFSET, spec->byte_offset > 0, "--offset"},
+      {OPT_UV, spec->uv_per_step > 0, "--uv-per-step"},
+  };
+  for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+    if (opts[i].given && !(takes[f] & opts[i].bit))
+      return ss_fail(ctx, SS_ERR_USAGE, "%s: %s does not apply to %s input (the file gives it or has no such choice)",
+                     spec->path, opts[i].name, ss_source_format_name(f));
+  return SS_OK;
+}
+
+static ss_status detect_format(ss_ctx *ctx, const ss_source_spec *spec, ss_source_format *f) {
+  *f = spec->format;
+  if (*f != SS_FORMAT_AUTO) return SS_OK;
+  if (ss_source_is_openephys(spec->path)) *f = SS_FORMAT_OPENEPHYS;
+  else if (ss_source_is_intan(spec->path)) *f = SS_FORMAT_INTAN;
+  else if (ss_source_is_spikeglx(spec->path)) *f = SS_FORMAT_SPIKEGLX;
+  else if (ss_source_is_hdf5(spec->path)) *f = SS_FORMAT_AUTO; /* the HDF5 back-end tells NWB, Kwik, plain */
+  else if (binary_extension(spec->path) || spec->n_channels > 0) *f = SS_FORMAT_BINARY;
+  else
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: not a recognised recording (HDF5, SpikeGLX .bin/.meta, Open Ephys folder, Intan .rhd/.rhs); "
+                   "for flat int16 binary name it .bin/.dat/.raw or give --channels N",
+                   spec->path);
+  return SS_OK;
+}
+
 static ss_status open_backend(ss_ctx *ctx, const ss_source_spec *spec, ss_source *s) {
-  ss_source_format f = spec->format;
-  if (f == SS_FORMAT_AUTO && !ss_source_is_hdf5(spec->path)) {
-    if (binary_extension(spec->path) || spec->n_channels > 0) f = SS_FORMAT_BINARY;
-    else
-      return ss_fail(ctx, SS_ERR_INPUT,
-                     "%s: not an HDF5 file; for flat int16 binary name it .bin/.dat/.raw or give --channels N",
-                     spec->path);
+  ss_source_format f;
+  SS_TRY(detect_format(ctx, spec, &f));
+  if (f != SS_FORMAT_AUTO) SS_TRY(check_options(ctx, spec, f));
+  ss_status st;
+  switch (f) {
+    case SS_FORMAT_BINARY: st = ss_source_open_binary(ctx, spec, &s->info, &s->store); break;
+    case SS_FORMAT_SPIKEGLX: st = ss_source_open_spikeglx(ctx, spec, &s->info, &s->store); break;
+    case SS_FORMAT_OPENEPHYS: st = ss_source_open_openephys(ctx, spec, &s->info, &s->store); break;
+    case SS_FORMAT_INTAN: st = ss_source_open_intan(ctx, spec, &s->info, &s->store); break;
+    default: st = ss_source_open_hdf5(ctx, spec, &s->info, &s->store); break;
   }
-  return f == SS_FORMAT_BINARY ? ss_source_open_binary(ctx, spec, &s->info, &s->store)
-                               : ss_source_open_hdf5(ctx, spec, &s->info, &s->store);
+  return st == SS_OK ? check_options(ctx, spec, s->info.format) : st;
 }
 
 /* Convert `rows` float rows in s->stage to int16 with the scan's step; NaN/Inf fail (row0 names them). */
@@ -159,6 +211,9 @@ ss_status ss_source_open(ss_ctx *ctx, const ss_source_spec *spec, ss_source **ou
     ss_source_close(s);
     return st;
   }
+  if (s->info.n_left_out)
+    ss_log_info(ctx, "%s: %d channel%s left out: %s", spec->path, s->info.n_left_out, s->info.n_left_out > 1 ? "s" : "",
+                s->info.left_out);
   s->full_samples = s->info.n_samples;
   s->info.duration_s = (double)s->info.n_samples / s->info.rate_hz;
   hbool_t ts = 0;

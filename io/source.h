@@ -1,5 +1,5 @@
-/* source.h — recordings in: one chunked source interface over NWB 2.x, Kwik .raw.kwd, plain HDF5
- * and flat int16 binary files (docs/formats.md, "Recordings read").
+/* source.h — recordings in: one chunked source interface over NWB 2.x, Kwik .raw.kwd, plain HDF5,
+ * flat int16 binary, SpikeGLX, Open Ephys binary and Intan files (docs/formats.md, "Recordings read").
  *
  * A source delivers the recording as int16 chunks [rows × channels], time-major. Chunk i covers the
  * core samples [i·chunk, min((i+1)·chunk, n_samples)) plus `left` samples before and `right` after;
@@ -11,7 +11,8 @@
  *
  * Scaling to microvolts: µV = (sample − 0)·uv_per_step[c] + offset_uv. For NWB,
  * uv_per_step[c] = conversion × channel_conversion[c] × (unit in µV) and offset_uv = offset × (unit in
- * µV); for Kwik, channel_bit_volts (µV per bit, Open Ephys) when present. Otherwise the spec's
+ * µV); for Kwik, channel_bit_volts (µV per bit, Open Ephys) when present; SpikeGLX, Open Ephys
+ * binary and Intan files carry their own (docs/formats.md). Otherwise the spec's
  * uv_per_step (0: unknown, reported as 1 with scale_known = 0).
  *
  * Float data (float32/float64, any format but binary) are delivered as int16 too: at open the whole
@@ -20,7 +21,8 @@
  * uv_per_step includes the step. float_step reports it (0 for integer data).
  *
  * Threading: data are read with pread() from the file offsets of the dataset's storage (contiguous
- * or unfiltered chunked little-endian HDF5 datasets, and binary files), which is thread-safe. Other
+ * or unfiltered chunked little-endian HDF5 datasets, binary, SpikeGLX, Open Ephys and Intan files),
+ * which is thread-safe. Other
  * HDF5 datasets (compressed, big-endian, compact) are read with the HDF5 library, on the caller's
  * thread when the library was not built thread-safe (no prefetch then). All HDF5 metadata is read in
  * ss_source_open on the caller's thread. */
@@ -42,7 +44,10 @@ typedef enum {
   SS_FORMAT_NWB,
   SS_FORMAT_KWIK,
   SS_FORMAT_HDF5,
-  SS_FORMAT_BINARY
+  SS_FORMAT_BINARY,
+  SS_FORMAT_SPIKEGLX,  /* .bin + .meta pair (either named); auto when the sibling .meta exists */
+  SS_FORMAT_OPENEPHYS, /* Open Ephys binary: a folder holding structure.oebin, or that file */
+  SS_FORMAT_INTAN      /* Intan .rhd / .rhs */
 } ss_source_format;
 
 typedef enum { SS_LAYOUT_TIME_MAJOR = 0, SS_LAYOUT_CHANNEL_MAJOR } ss_layout;
@@ -61,7 +66,8 @@ typedef struct {
   const char *path;
   ss_source_format format;
   const char *dataset;   /* plain HDF5: path of the data inside the file */
-  const char *series;    /* NWB: ElectricalSeries name under /acquisition; Kwik: recording name */
+  const char *series;    /* NWB: ElectricalSeries name under /acquisition; Kwik: recording name;
+                            Open Ephys: continuous stream */
   double rate_hz;        /* plain HDF5, binary: required; Kwik: used when the file has none */
   ss_layout layout;      /* plain HDF5 */
   int n_channels;        /* binary: required */
@@ -73,8 +79,10 @@ typedef struct {
 typedef struct {
   ss_source_format format;
   char path[SS_SOURCE_PATH_MAX];
-  char dataset[SS_SOURCE_NAME_MAX]; /* data path inside an HDF5 file ("" for binary) */
-  char dtype[16];                   /* "int16", "float32", "float64" */
+  char data_path[SS_SOURCE_PATH_MAX]; /* the file holding the samples when not `path` (SpikeGLX .bin,
+                                         Open Ephys continuous.dat), else "" */
+  char dataset[SS_SOURCE_NAME_MAX];   /* data path inside an HDF5 file ("" for binary) */
+  char dtype[16];                     /* "int16", "float32", "float64" */
   ss_layout layout;
   double rate_hz;
   double start_time_s;
@@ -89,6 +97,8 @@ typedef struct {
   int has_positions;
   double *x_um, *y_um; /* [n_channels] when has_positions, else NULL */
   int threaded;        /* 1: a reader thread prefetches */
+  int n_left_out;      /* channels of the file not delivered (sync, ADC/AUX) */
+  char left_out[256];  /* what they were, for the log ("" when none) */
 } ss_source_info;
 
 typedef struct {
@@ -118,7 +128,7 @@ ss_status ss_source_limit(ss_ctx *ctx, ss_source *src, int64_t n_samples);
 void ss_source_close(ss_source *src);
 
 const char *ss_source_format_name(ss_source_format f);
-/* "auto|nwb|kwik|hdf5|binary", "time-major|channel-major" */
+/* "auto|nwb|kwik|hdf5|binary|spikeglx|openephys|intan", "time-major|channel-major" */
 ss_status ss_source_format_parse(ss_ctx *ctx, const char *text, ss_source_format *out);
 ss_status ss_source_layout_parse(ss_ctx *ctx, const char *text, ss_layout *out);
 

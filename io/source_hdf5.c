@@ -2,6 +2,7 @@
  * finds its data and metadata (rate, scale, positions); the samples themselves are read by the
  * shared store (source_store.c), for which this file maps the dataset's storage to file offsets. */
 #include <fcntl.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,11 +442,23 @@ static ss_status nwb_metadata(ss_ctx *ctx, h5src *h, ss_source_info *info) {
 
 /* ---------------------------------------------------------------- Kwik and plain metadata */
 
+/* 1 when the object's attribute is stored as an integer: Open Ephys writes the recording's
+ * start_time as a sample count (uint64), the Kwik layout as seconds (float). */
+static int attr_is_integer(hid_t obj, const char *name) {
+  if (H5Aexists(obj, name) <= 0) return 0;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = a >= 0 ? H5Aget_type(a) : -1;
+  int integer = t >= 0 && H5Tget_class(t) == H5T_INTEGER;
+  if (t >= 0) H5Tclose(t);
+  if (a >= 0) H5Aclose(a);
+  return integer;
+}
+
 static ss_status kwik_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec, ss_source_info *info) {
   hid_t g = H5Gopen2(h->fid, h->group, H5P_DEFAULT), d = H5Dopen2(h->fid, info->dataset, H5P_DEFAULT);
   double rate = 0.0, start = 0.0;
   int have = ss_h5_read_attr_f64(g, "sample_rate", &rate) || ss_h5_read_attr_f64(d, "sample_rate", &rate);
   ss_h5_read_attr_f64(g, "start_time", &start);
+  int in_samples = attr_is_integer(g, "start_time");
   H5Dclose(d);
   H5Gclose(g);
   if (!have) rate = spec->rate_hz;
@@ -456,7 +469,7 @@ static ss_status kwik_metadata(ss_ctx *ctx, h5src *h, const ss_source_spec *spec
   snprintf(field, sizeof(field), "%s: attribute sample_rate", h->group);
   SS_TRY(ss_source_check_rate(ctx, h->file, have ? field : "--rate", rate));
   info->rate_hz = rate;
-  info->start_time_s = isfinite(start) ? start : 0.0;
+  info->start_time_s = !isfinite(start) ? 0.0 : in_samples ? start / rate : start;
   info->scale_known = spec->uv_per_step > 0;
   SS_TRY(ss_source_info_scale(ctx, info, spec->uv_per_step > 0 ? spec->uv_per_step : 1.0));
   /* Open Ephys writes µV per bit per channel here */
@@ -503,8 +516,49 @@ static ss_status choose_format(ss_ctx *ctx, h5src *h, const ss_source_spec *spec
   return SS_OK;
 }
 
+/* ---------------------------------------------------------------- .kwik → .raw.kwd */
+
+/* The .raw.kwd a .kwik's recording points to: /recordings/<r>/raw's hdf5_path attribute
+ * ("{raw.kwd}/..." for the sibling STEM.raw.kwd, or "FILE.raw.kwd/..." beside the .kwik), else
+ * STEM.raw.kwd, else the one STEM_*.raw.kwd (Open Ephys adds the processor id). */
+static ss_status kwik_follow(ss_ctx *ctx, const ss_source_spec *spec, char *kwd, size_t len) {
+  const char *path = spec->path, *slash = strrchr(path, '/');
+  int dir = slash ? (int)(slash - path + 1) : 0, stem = (int)(strlen(path) - strlen(".kwik"));
+  char attr[SS_SOURCE_NAME_MAX] = "", group[SS_SOURCE_NAME_MAX + 32];
+  snprintf(group, sizeof(group), "/recordings/%s/raw", spec->series && *spec->series ? spec->series : "0");
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as HDF5", path);
+  if (ss_h5_is_group(f, group)) {
+    hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    ss_h5_read_attr_str(g, "hdf5_path", attr, sizeof(attr));
+    H5Gclose(g);
+  }
+  H5Fclose(f);
+  char *end = strstr(attr, ".raw.kwd");
+  if (strncmp(attr, "{raw.kwd}", 9) == 0 || !end) snprintf(kwd, len, "%.*s.raw.kwd", stem, path);
+  else snprintf(kwd, len, "%.*s%.*s.raw.kwd", dir, path, (int)(end - attr), attr);
+  if (access(kwd, R_OK) == 0) return SS_OK;
+  char pattern[SS_SOURCE_PATH_MAX + 16];
+  snprintf(pattern, sizeof(pattern), "%.*s_*.raw.kwd", stem, path);
+  glob_t gl;
+  int found = glob(pattern, 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+  if (found == 1) snprintf(kwd, len, "%s", gl.gl_pathv[0]);
+  if (found) globfree(&gl);
+  if (found == 1) return SS_OK;
+  return ss_fail(ctx, SS_ERR_INPUT, "%s: %s: the recording's samples are in a .raw.kwd: %s not found%s", path, group,
+                 kwd, found > 1 ? " and several STEM_*.raw.kwd match: name one" : "");
+}
+
 ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
   ss_h5_quiet();
+  const char *dot = strrchr(spec->path, '.');
+  ss_source_spec followed;
+  if (dot && strcmp(dot, ".kwik") == 0) {
+    SS_TRY(kwik_follow(ctx, spec, info->data_path, sizeof(info->data_path)));
+    followed = *spec;
+    followed.path = info->data_path;
+    spec = &followed;
+  }
   h5src h = {H5Fopen(spec->path, H5F_ACC_RDONLY, H5P_DEFAULT), spec->path, ""};
   if (h.fid < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as HDF5", spec->path);
   ss_source_format f;

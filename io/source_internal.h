@@ -27,6 +27,11 @@ typedef struct {
   int64_t grid[2];   /* tiles along each dim */
   int64_t *tile_off; /* byte offset of each tile, row-major over grid; -1: never written (zeros) */
   int64_t file_size; /* bytes, as stat'ed at open: a shorter file later was cut while being read */
+  /* column selection (one time-major tile only): storage column of each delivered channel; the
+     storage row is `width` elements. NULL: every column, width = dims[1]. */
+  int *cols;
+  int64_t width;
+  int offset_binary; /* uint16 samples centred on 32768 (Intan): delivered as value − 32768 */
   /* HDF5 path */
   hid_t h5file, h5dset;
   /* staging for tiles that cannot be read straight into the output */
@@ -44,6 +49,20 @@ void ss_store_close(ss_store *s);
  * positions; the scale arrays are allocated here) and the store. */
 ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store);
 ss_status ss_source_open_binary(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store);
+ss_status ss_source_open_spikeglx(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store);
+ss_status ss_source_open_openephys(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store);
+ss_status ss_source_open_intan(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store);
+/* Open `path` read-only as a regular file for the pread store: fd and size, or exit 1 naming it. */
+ss_status ss_source_open_fd(ss_ctx *ctx, const char *path, int *fd, int64_t *size);
+/* A one-tile time-major int16 store over `fd`: `width` int16 per frame from byte `offset`, `n` frames. */
+ss_status ss_source_flat_store(ss_ctx *ctx, ss_store *store, int fd, int64_t size, int64_t offset, int64_t width,
+                               int64_t n);
+/* 1 when the path is a .bin or .meta whose sibling .meta exists. */
+int ss_source_is_spikeglx(const char *path);
+/* 1 when the path is a folder holding structure.oebin, or that file. */
+int ss_source_is_openephys(const char *path);
+/* 1 when the path ends .rhd or .rhs. */
+int ss_source_is_intan(const char *path);
 /* 1 when the path names an HDF5 file. */
 int ss_source_is_hdf5(const char *path);
 

@@ -19,6 +19,7 @@ void ss_store_close(ss_store *s) {
   if (s->h5dset >= 0) H5Dclose(s->h5dset);
   if (s->h5file >= 0) H5Fclose(s->h5file);
   free(s->tile_off);
+  free(s->cols);
   free(s->scratch);
   ss_store_init(s);
 }
@@ -38,7 +39,7 @@ static ss_status scratch(ss_ctx *ctx, ss_store *s, size_t bytes) {
 static ss_status cut_short(ss_ctx *ctx, const ss_store *s, const char *file, int64_t off) {
   struct stat sb;
   int64_t now = fstat(s->fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
-  int64_t frame = s->dims[1] * (int64_t)s->elem_size;
+  int64_t frame = (s->cols ? s->width : s->dims[1]) * (int64_t)s->elem_size;
   if (!s->transposed && s->grid[0] == 1 && s->grid[1] == 1 && s->tile_off[0] >= 0 && now >= 0) {
     int64_t end = now > s->tile_off[0] ? (now - s->tile_off[0]) / frame : 0;
     return ss_fail(ctx, SS_ERR_INPUT,
@@ -158,7 +159,30 @@ static ss_status read_hdf5(ss_ctx *ctx, ss_store *s, const char *file, int64_t t
   return SS_OK;
 }
 
+#define COLS_BLOCK_ROWS 4096 /* whole frames staged per read when picking columns */
+
+/* One time-major tile of `width`-element frames: read whole frames in blocks and keep s->cols. */
+static ss_status read_cols(ss_ctx *ctx, ss_store *s, const char *file, int64_t t0, int64_t n, int16_t *out) {
+  int64_t C = s->dims[1], W = s->width;
+  SS_TRY(scratch(ctx, s, (size_t)(COLS_BLOCK_ROWS * W) * sizeof(int16_t)));
+  const int16_t *src = (const int16_t *)s->scratch;
+  for (int64_t t = t0; t < t0 + n; t += COLS_BLOCK_ROWS) {
+    int64_t nr = min64(COLS_BLOCK_ROWS, t0 + n - t);
+    SS_TRY(pread_all(ctx, s, file, s->scratch, (size_t)(nr * W) * sizeof(int16_t),
+                     s->tile_off[0] + t * W * (int64_t)sizeof(int16_t)));
+    for (int64_t i = 0; i < nr; i++)
+      for (int64_t c = 0; c < C; c++) out[(t - t0 + i) * C + c] = src[i * W + s->cols[c]];
+  }
+  return SS_OK;
+}
+
 ss_status ss_store_read(ss_ctx *ctx, ss_store *s, const char *file, int64_t t0, int64_t n, void *out) {
   if (n <= 0) return SS_OK;
-  return s->fd >= 0 ? read_tiles(ctx, s, file, t0, n, out) : read_hdf5(ctx, s, file, t0, n, out);
+  if (s->cols) SS_TRY(read_cols(ctx, s, file, t0, n, out));
+  else SS_TRY(s->fd >= 0 ? read_tiles(ctx, s, file, t0, n, out) : read_hdf5(ctx, s, file, t0, n, out));
+  if (s->offset_binary) { /* uint16 around 32768 → int16: value − 32768 flips the top bit */
+    uint16_t *u = out;
+    for (int64_t i = 0; i < n * s->dims[s->transposed ? 0 : 1]; i++) u[i] ^= 0x8000u;
+  }
+  return SS_OK;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/h5_util.h"
 #include "io/nwb_write.h"
 #include "io/source.h"
 #include "core/log.h"
@@ -213,6 +214,39 @@ static void kwik_plain_binary(void **state) {
   write_kwik(path);
   ss_source_spec kw = {.path = path};
   round_trip(&kw);
+  /* Open Ephys writes start_time as a sample count (an integer attribute), the Kwik layout seconds */
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5Gopen2(f, "/recordings/0", H5P_DEFAULT);
+  hid_t sp = H5Screate(H5S_SCALAR), a = H5Acreate2(g, "start_time", H5T_STD_U64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+  uint64_t start = 2340000;
+  assert_true(H5Awrite(a, H5T_NATIVE_UINT64, &start) >= 0);
+  H5Aclose(a), H5Sclose(sp), H5Gclose(g), H5Fclose(f);
+  ss_source *ks = open_spec(&kw);
+  assert_true(ss_source_get_info(ks)->start_time_s == 2340000 / RATE);
+  ss_source_close(ks);
+  /* a .kwik is followed to its .raw.kwd: by hdf5_path, or to the one STEM_*.raw.kwd */
+  char kwik[512];
+  ss_test_path(kwik, sizeof(kwik), "rec.kwik");
+  for (int named = 1; named >= 0; named--) {
+    if (!named) {
+      ss_test_path(kwik, sizeof(kwik), "exp1.kwik");
+      ss_test_path(path, sizeof(path), "exp1_100.raw.kwd");
+      write_kwik(path);
+    }
+    f = H5Fcreate(kwik, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t r = H5Gcreate2(f, "/recordings", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t r0 = H5Gcreate2(r, "0", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t raw = H5Gcreate2(r0, "raw", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ss_ctx hctx;
+    ss_test_ctx(&hctx);
+    if (named) ok(&hctx, ss_h5_attr_str(&hctx, raw, "hdf5_path", "{raw.kwd}/recordings/0", kwik));
+    H5Gclose(raw), H5Gclose(r0), H5Gclose(r), H5Fclose(f);
+    ss_source_spec kk = {.path = kwik};
+    ks = open_spec(&kk);
+    assert_int_equal(ss_source_get_info(ks)->n_samples, N);
+    assert_string_equal(ss_source_get_info(ks)->data_path, path);
+    ss_source_close(ks);
+  }
+  ss_test_path(path, sizeof(path), "rec.raw.kwd");
   static const char *names[] = {"contig", "chunked", "deflate"};
   for (int cm = 0; cm < 2; cm++)
     for (int k = PLAIN_CONTIGUOUS; k <= PLAIN_DEFLATE; k++) {
@@ -354,7 +388,9 @@ static void bad_binary(void **state) {
   fclose(fopen(path, "wb"));
   ss_source_spec m = {.path = path};
   snprintf(want, sizeof(want),
-           "%s: not an HDF5 file; for flat int16 binary name it .bin/.dat/.raw or give --channels N", path);
+           "%s: not a recognised recording (HDF5, SpikeGLX .bin/.meta, Open Ephys folder, Intan .rhd/.rhs); for "
+           "flat int16 binary name it .bin/.dat/.raw or give --channels N",
+           path);
   expect_error(&m, want);
 }
 
@@ -636,6 +672,10 @@ static void cli_inspect(void **state) {
   assert_non_null(strstr(out, "duration:     2.041 s (starting at 2.5 s)\n"));
   assert_non_null(strstr(out, "scale:        0.195 uV per step, offset 0 uV\n"));
   assert_non_null(strstr(out, "positions:    yes"));
+  free(out), free(err);
+  snprintf(args, sizeof(args), "inspect '%s' --channels 7", path); /* the file gives the channels */
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 2);
+  assert_non_null(strstr(err, "--channels does not apply to nwb input"));
   free(out), free(err);
   ss_test_path(path, sizeof(path), "cli.bin");
   write_binary(path);
