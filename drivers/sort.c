@@ -309,9 +309,10 @@ static ss_status run_templates(ss_ctx *ctx, ss_sort_state *s) {
   double t0 = ss_now();
   SS_TRY(ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r));
   ss_log_info(ctx,
-              "sort: templates: %" PRId64 " units of %" PRId64 " clusters, %" PRId64 " spikes moved, noise %" PRId64
-              " -> %" PRId64 " spikes, %.2f s",
-              r.n_units, r.k_in - 1, r.n_moved, r.n_noise_in, r.n_noise_out, ss_now() - t0);
+              "sort: templates: %" PRId64 " clusters bisected (%" PRId64 " parts joined a unit), %" PRId64
+              " units of %" PRId64 " clusters, %" PRId64 " spikes moved, noise %" PRId64 " -> %" PRId64
+              " spikes, %.2f s",
+              r.n_split, r.n_joined, r.n_units, r.k_in - 1, r.n_moved, r.n_noise_in, r.n_noise_out, ss_now() - t0);
   s->k = r.k_out;
   return SS_OK;
 }

@@ -98,6 +98,8 @@ typedef struct {
     int64_t min_spikes;      /* ... and it holds at least this many spikes */
     double min_gain;         /* a spike joins its best unit when the gain is at least this, else noise */
     double amp_min, amp_max; /* amplitude range of a template fit */
+    int64_t split_depth;     /* a cluster that fails the unit test is bisected up to this depth (0: off) */
+    double join_residual;    /* a piece of such a split joins the unit whose template fits it within this */
   } templates;
   struct {
     double refractory_ms;         /* ISI violation ratio: refractory period */

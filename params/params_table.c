@@ -145,6 +145,14 @@ const ss_param_spec ss_param_table[] = {
         "Smallest amplitude scale of a template fit (a wider range lets a large unit's template, scaled down, take a "
         "small unit's spikes on the same channels; see docs/accuracy.md)."),
     NUM("templates.amp_max", templates.amp_max, 1.33, 0, INF, 0, 0, "Largest amplitude scale of a template fit."),
+    INT("templates.split_depth", templates.split_depth, 4, 0, 16,
+        "A cluster that fails the unit test (two units in one cluster, or a catch-all) is bisected by 2-means in "
+        "noise-scaled feature space, and each part that fails again, up to this depth; the parts that pass become "
+        "units (docs/accuracy.md). 0: off, such a cluster's spikes go to other units or to noise."),
+    NUM("templates.join_residual", templates.join_residual, 3.0, 0, INF, 0, 0,
+        "A part of a split that passes the unit test joins the existing unit whose template fits its spikes with a "
+        "median residual per footprint feature of at most this (the lowest such), so that a catch-all's collided "
+        "spikes of one unit do not become a second copy of that unit."),
 
     NUM("quality.refractory_ms", quality.refractory_ms, 1.5, 0, 1000, 1, 0,
         "Refractory period of the ISI violation ratio (Hill et al. 2011): intervals shorter than this violate it "

@@ -1,6 +1,6 @@
 /* test_templates.c — the template pass on hand-built feature vectors: units keep and win back their spikes
  * from the noise cluster and from a catch-all cluster, which vanishes; pure noise stays noise; the gain
- * by hand; the pass switched off; a bad label is reported. */
+ * by hand; a cluster of two units split in two; the pass switched off; a bad label is reported. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +105,48 @@ static void units_win_back_spikes(void **state) {
   free(s);
 }
 
+/* Units A and C in one cluster, B alone, a few of A in a catch-all with B: the split makes A and C units
+ * of their own; without it (split_depth 0) the two-unit cluster fails the unit test and its spikes are lost
+ * to B or to noise. */
+static void two_units_in_one_cluster_split(void **state) {
+  (void)state;
+  for (int depth = 4; depth >= 0; depth -= 4) {
+    set *s = calloc(1, sizeof(set));
+    ss_rng g = ss_rng_make(11, SS_RNG_TEST, 0);
+    for (int i = 0; i < 200; i++) add(s, &g, 1, 1, 1);
+    for (int i = 0; i < 200; i++) add(s, &g, 4, 1, 3);
+    for (int i = 0; i < 200; i++) add(s, &g, 2, 2, 2);
+    for (int i = 0; i < 30; i++) add(s, &g, 1, 3, 1);
+    for (int i = 0; i < 30; i++) add(s, &g, 2, 3, 2);
+    ss_params p;
+    ss_params_defaults(&p);
+    p.templates.split_depth = depth;
+    ss_ctx ctx;
+    ss_ctx_init(&ctx);
+    ctx.quiet = 1;
+    ss_templates_input in = input_of(s, 4);
+    ss_templates_result r;
+    assert_int_equal(ss_templates_assign(&ctx, &p, &in, s->label, &r), SS_OK);
+    int32_t of[4] = {-1, -1, -1, -1}; /* the label of each unit's first spike */
+    int64_t right = 0;
+    for (int64_t i = 0; i < s->n; i++) {
+      if (of[s->truth[i]] < 0) of[s->truth[i]] = s->label[i];
+      right += s->label[i] == of[s->truth[i]];
+    }
+    if (depth > 0) {
+      assert_int_equal(r.n_split, 2); /* the A+C cluster and the A/B catch-all */
+      assert_int_equal(r.n_units, 3);
+      assert_int_equal(r.k_out, 4);
+      assert_int_equal(right, s->n);
+      assert_true(of[1] > 0 && of[2] > 0 && of[3] > 0 && of[1] != of[2] && of[1] != of[3] && of[2] != of[3]);
+    } else {
+      assert_int_equal(r.n_split, 0);
+      assert_true(of[1] == 0 || of[3] == 0 || of[1] == of[3]);
+    }
+    free(s);
+  }
+}
+
 static void off_keeps_labels(void **state) {
   (void)state;
   set *s = build();
@@ -155,6 +197,7 @@ static void bad_label(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(units_win_back_spikes),
+      cmocka_unit_test(two_units_in_one_cluster_split),
       cmocka_unit_test(off_keeps_labels),
       cmocka_unit_test(gain_by_hand),
       cmocka_unit_test(bad_label),

@@ -117,10 +117,198 @@ typedef struct {
   int64_t *count;   /* [k] */
 } templ_set;
 
+/* Median over (at most SS_TEMPLATES_SAMPLE, evenly spaced of) the spikes mem[0..cnt) of the residual of
+ * template t's fit over footprint fp (nfp channels), per footprint feature; buf holds the sample. */
+static double median_residual(const ss_params *p, const ss_templates_input *in, const float *inv_nu, const int64_t *mem,
+                              int64_t cnt, const float *t, const uint8_t *fp, int nfp, double *buf) {
+  const int C = in->n_channels, P = in->n_pcs, D = C * P;
+  const int64_t m = cnt < SS_TEMPLATES_SAMPLE ? cnt : SS_TEMPLATES_SAMPLE;
+  for (int64_t r = 0; r < m; r++) {
+    const int64_t i = mem[(int64_t)((__int128)r * cnt / m)];
+    double res;
+    gain_scaled(in->features + i * D, inv_nu, t, fp, C, P, p->templates.amp_min, p->templates.amp_max, NULL, &res);
+    buf[r] = res / ((double)nfp * P);
+  }
+  return median(buf, m);
+}
+
+/* Steps 2 and 4 for the cnt spikes mem[0..cnt): the template t[0..D), the footprint fp[0..C) and in *res the
+ * median residual per footprint feature (INFINITY when the cluster is too small or has no footprint).
+ * Returns -1 when out of memory, else 0. */
+static int fit_cluster(const ss_params *p, const ss_templates_input *in, const float *inv_nu, const int64_t *mem,
+                       int64_t cnt, float *t, uint8_t *fp, double *res) {
+  const int C = in->n_channels, P = in->n_pcs, D = C * P;
+  memset(t, 0, (size_t)D * sizeof(float));
+  memset(fp, 0, (size_t)C);
+  *res = INFINITY;
+  if (cnt <= 0) return 0;
+  const int64_t m = cnt < SS_TEMPLATES_SAMPLE ? cnt : SS_TEMPLATES_SAMPLE;
+  double *buf = malloc((size_t)m * sizeof(double));
+  if (!buf) return -1;
+  for (int j = 0; j < D; j++) {
+    for (int64_t r = 0; r < m; r++) {
+      const int64_t i = mem[(int64_t)((__int128)r * cnt / m)];
+      buf[r] = (double)in->features[i * D + j] * inv_nu[j];
+    }
+    t[j] = (float)median(buf, m);
+  }
+  double emax = 0;
+  for (int ch = 0; ch < C; ch++) {
+    double e = 0;
+    for (int q = 0; q < P; q++) e += (double)t[ch * P + q] * t[ch * P + q];
+    if (e > emax) emax = e;
+  }
+  int nfp = 0;
+  for (int ch = 0; ch < C; ch++) {
+    double e = 0;
+    for (int q = 0; q < P; q++) e += (double)t[ch * P + q] * t[ch * P + q];
+    const double floor = SS_TEMPLATES_FOOTPRINT_REL * emax > P ? SS_TEMPLATES_FOOTPRINT_REL * emax : P;
+    fp[ch] = emax > 0 && e >= floor;
+    nfp += fp[ch];
+  }
+  if (nfp > 0 && cnt >= p->templates.min_spikes) *res = median_residual(p, in, inv_nu, mem, cnt, t, fp, nfp, buf);
+  free(buf);
+  return 0;
+}
+
+/* Squared distance between the scaled spike x (scaled by inv_nu) and the point c, over all D features. */
+static double dist2(const float *x, const float *inv_nu, const double *c, int D) {
+  double d = 0;
+  for (int j = 0; j < D; j++) {
+    const double v = (double)x[j] * inv_nu[j] - c[j];
+    d += v * v;
+  }
+  return d;
+}
+
+/* Step 0's bisection of mem[0..m) (noise-scaled, all features): 2-means seeded by the spike farthest from
+ * the template t and the spike farthest from that one; mem is reordered so that the first part comes first
+ * (each part in its old order). Returns the size of the first part (0 or m: no split), or -1 when out of
+ * memory. */
+static int64_t bisect(const ss_templates_input *in, const float *inv_nu, const float *t, int64_t *mem, int64_t m) {
+  const int D = in->n_channels * in->n_pcs;
+  double *ca = malloc((size_t)D * 2 * sizeof(double)), *cb = ca ? ca + D : NULL;
+  uint8_t *side = malloc((size_t)m);
+  int64_t *tmp = malloc((size_t)m * sizeof(int64_t));
+  int64_t na = -1;
+  if (!ca || !side || !tmp) goto done;
+  for (int j = 0; j < D; j++) ca[j] = t[j];
+  int64_t ia = 0, ib = 0;
+  double best = -1;
+  for (int64_t r = 0; r < m; r++) {
+    const double d = dist2(in->features + mem[r] * D, inv_nu, ca, D);
+    if (d > best) best = d, ia = r;
+  }
+  for (int j = 0; j < D; j++) ca[j] = (double)in->features[mem[ia] * D + j] * inv_nu[j];
+  best = -1;
+  for (int64_t r = 0; r < m; r++) {
+    const double d = dist2(in->features + mem[r] * D, inv_nu, ca, D);
+    if (d > best) best = d, ib = r;
+  }
+  for (int j = 0; j < D; j++) cb[j] = (double)in->features[mem[ib] * D + j] * inv_nu[j];
+  for (int it = 0; it < SS_TEMPLATES_BISECT_ITERATIONS; it++) {
+    na = 0;
+    for (int64_t r = 0; r < m; r++) {
+      const float *x = in->features + mem[r] * D;
+      side[r] = dist2(x, inv_nu, ca, D) <= dist2(x, inv_nu, cb, D);
+      na += side[r];
+    }
+    if (na == 0 || na == m) break;
+    memset(ca, 0, (size_t)D * 2 * sizeof(double));
+    for (int64_t r = 0; r < m; r++) {
+      double *c = side[r] ? ca : cb;
+      for (int j = 0; j < D; j++) c[j] += (double)in->features[mem[r] * D + j] * inv_nu[j];
+    }
+    for (int j = 0; j < D; j++) ca[j] /= (double)na, cb[j] /= (double)(m - na);
+  }
+  int64_t a = 0, b = na;
+  for (int64_t r = 0; r < m; r++) tmp[side[r] ? a++ : b++] = mem[r];
+  memcpy(mem, tmp, (size_t)m * sizeof(int64_t));
+done:
+  free(ca);
+  free(side);
+  free(tmp);
+  return na;
+}
+
+typedef struct {
+  int64_t off, len;
+  int depth;
+} segment;
+
+/* Step 0 for cluster c (its spikes mem[0..cnt), reordered): when it fails the unit test, bisect it and each
+ * failing part, up to templates.split_depth; every final part gets a new label *next_id, *next_id + 1, ....
+ * t/fp: scratch for one template. Returns -1 when out of memory, else the number of parts (0: kept). */
+static int64_t split_cluster(const ss_params *p, const ss_templates_input *in, const float *inv_nu, int64_t *mem,
+                             int64_t cnt, float *t, uint8_t *fp, int32_t *labels, int32_t *next_id) {
+  const int64_t min_part = p->templates.min_spikes;
+  segment stack[2 * 16 + 2];
+  int top = 0;
+  int64_t parts = 0;
+  stack[top++] = (segment){0, cnt, 0};
+  while (top > 0) {
+    const segment g = stack[--top];
+    double res;
+    if (fit_cluster(p, in, inv_nu, mem + g.off, g.len, t, fp, &res) < 0) return -1;
+    const int final = res <= p->templates.max_residual || g.depth >= p->templates.split_depth || g.len < 2 * min_part;
+    int64_t na = final ? 0 : bisect(in, inv_nu, t, mem + g.off, g.len);
+    if (na < 0) return -1;
+    if (final || na == 0 || na == g.len) {
+      if (g.depth == 0) return 0;
+      for (int64_t r = 0; r < g.len; r++) labels[mem[g.off + r]] = *next_id;
+      ++*next_id;
+      parts++;
+      continue;
+    }
+    stack[top++] = (segment){g.off + na, g.len - na, g.depth + 1};
+    stack[top++] = (segment){g.off, na, g.depth + 1};
+  }
+  return parts;
+}
+
+/* Step 0 over every cluster, in id order: labels get the parts' new ids from k on; *k_out the new count. */
+static ss_status split_failing(ss_ctx *ctx, const ss_params *p, const ss_templates_input *in, const float *inv_nu,
+                               int32_t *labels, int64_t k, int64_t *k_out, int64_t *n_split) {
+  const int C = in->n_channels, D = C * in->n_pcs;
+  const int64_t n = in->n;
+  int64_t *start = NULL, *order = NULL;
+  float *t = NULL;
+  uint8_t *fp = NULL;
+  *k_out = k;
+  *n_split = 0;
+  if (p->templates.split_depth <= 0) return SS_OK;
+  ss_status st = SS_CALLOC(ctx, start, (size_t)k + 1, "template split");
+  if (st == SS_OK) st = SS_ALLOC(ctx, order, (size_t)(n > 0 ? n : 1), "template split");
+  if (st == SS_OK) st = SS_ALLOC(ctx, t, (size_t)D, "template split");
+  if (st == SS_OK) st = SS_ALLOC(ctx, fp, (size_t)C, "template split");
+  int64_t *fill = NULL;
+  if (st == SS_OK) st = SS_ALLOC(ctx, fill, (size_t)k, "template split");
+  if (st == SS_OK) {
+    for (int64_t i = 0; i < n; i++) start[labels[i] + 1]++;
+    for (int64_t c = 0; c < k; c++) start[c + 1] += start[c];
+    memcpy(fill, start, (size_t)k * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) order[fill[labels[i]]++] = i;
+  }
+  int32_t next_id = (int32_t)k;
+  for (int64_t c = 1; st == SS_OK && c < k; c++) {
+    const int64_t parts = split_cluster(p, in, inv_nu, order + start[c], start[c + 1] - start[c], t, fp, labels,
+                                        &next_id);
+    if (parts < 0) st = ss_fail(ctx, SS_ERR_NOMEM, "templates: out of memory splitting cluster %" PRId64, c);
+    *n_split += parts > 0;
+  }
+  *k_out = next_id;
+  free(start);
+  free(order);
+  free(t);
+  free(fp);
+  free(fill);
+  return st;
+}
+
 /* Steps 2 and 4 for every cluster of labels. order/start: the spikes of each cluster (counting sort). */
 static ss_status build_templates(ss_ctx *ctx, const ss_params *p, const ss_templates_input *in, const float *inv_nu,
                                  const int32_t *labels, templ_set *ts) {
-  const int C = ts->C, P = ts->P, D = ts->D;
+  const int C = ts->C, D = ts->D;
   const int64_t n = in->n, k = ts->k;
   int64_t *start = NULL, *order = NULL;
   SS_TRY(SS_CALLOC(ctx, start, (size_t)k + 1, "template members"));
@@ -141,56 +329,22 @@ static ss_status build_templates(ss_ctx *ctx, const ss_params *p, const ss_templ
       free(pos);
     }
   }
+  if (st != SS_OK) {
+    free(start);
+    free(order);
+    return st;
+  }
   const int T = in->n_threads > 0 ? in->n_threads : 1;
-  const double amp_min = p->templates.amp_min, amp_max = p->templates.amp_max;
   int failed = 0;
 #pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(|| : failed)
   for (int64_t c = 1; c < k; c++) {
-    float *t = ts->tmpl + c * D;
-    uint8_t *fp = ts->fp + c * C;
-    memset(t, 0, (size_t)D * sizeof(float));
-    memset(fp, 0, (size_t)C);
     ts->is_unit[c] = 0;
-    const int64_t cnt = ts->count[c];
-    if (cnt == 0) continue;
-    const int64_t m = cnt < SS_TEMPLATES_SAMPLE ? cnt : SS_TEMPLATES_SAMPLE;
-    double *buf = malloc((size_t)m * sizeof(double));
-    if (!buf) {
+    double res;
+    if (fit_cluster(p, in, inv_nu, order + start[c], ts->count[c], ts->tmpl + c * D, ts->fp + c * C, &res) < 0) {
       failed = 1;
       continue;
     }
-    const int64_t *mem = order + start[c];
-    for (int j = 0; j < D; j++) {
-      for (int64_t r = 0; r < m; r++) {
-        const int64_t i = mem[(int64_t)((__int128)r * cnt / m)];
-        buf[r] = (double)in->features[i * D + j] * inv_nu[j];
-      }
-      t[j] = (float)median(buf, m);
-    }
-    double emax = 0;
-    for (int ch = 0; ch < C; ch++) {
-      double e = 0;
-      for (int q = 0; q < P; q++) e += (double)t[ch * P + q] * t[ch * P + q];
-      if (e > emax) emax = e;
-    }
-    int nfp = 0;
-    for (int ch = 0; ch < C; ch++) {
-      double e = 0;
-      for (int q = 0; q < P; q++) e += (double)t[ch * P + q] * t[ch * P + q];
-      const double floor = SS_TEMPLATES_FOOTPRINT_REL * emax > P ? SS_TEMPLATES_FOOTPRINT_REL * emax : P;
-      fp[ch] = emax > 0 && e >= floor;
-      nfp += fp[ch];
-    }
-    if (nfp > 0 && cnt >= p->templates.min_spikes) {
-      for (int64_t r = 0; r < m; r++) {
-        const int64_t i = mem[(int64_t)((__int128)r * cnt / m)];
-        double res;
-        gain_scaled(in->features + i * D, inv_nu, t, fp, C, P, amp_min, amp_max, NULL, &res);
-        buf[r] = res / ((double)nfp * P);
-      }
-      ts->is_unit[c] = median(buf, m) <= p->templates.max_residual;
-    }
-    free(buf);
+    ts->is_unit[c] = res <= p->templates.max_residual;
   }
   free(start);
   free(order);
@@ -239,6 +393,43 @@ static ss_status assign_all(ss_ctx *ctx, const ss_params *p, const ss_templates_
   return SS_OK;
 }
 
+/* Step 0's join: each part (id >= k_parts) that passed the unit test in ts goes to the other unit whose
+ * template fits its spikes with the lowest median residual, when that is at most templates.join_residual. */
+static ss_status join_parts(ss_ctx *ctx, const ss_params *p, const ss_templates_input *in, const float *inv_nu,
+                            templ_set *ts, int64_t k_parts, int32_t *labels, int64_t *n_joined) {
+  const int C = ts->C;
+  const int64_t n = in->n, k = ts->k;
+  int64_t *mem = NULL;
+  double *buf = NULL;
+  *n_joined = 0;
+  if (k_parts >= k) return SS_OK;
+  ss_status st = SS_ALLOC(ctx, mem, (size_t)(n > 0 ? n : 1), "template join");
+  if (st == SS_OK) st = SS_ALLOC(ctx, buf, SS_TEMPLATES_SAMPLE, "template join");
+  for (int64_t c = k_parts; st == SS_OK && c < k; c++) {
+    if (!ts->is_unit[c]) continue;
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; i++)
+      if (labels[i] == c) mem[cnt++] = i;
+    double best = INFINITY;
+    int64_t to = 0;
+    for (int64_t u = 1; u < k; u++) {
+      if (u == c || !ts->is_unit[u]) continue;
+      int nfp = 0;
+      for (int ch = 0; ch < C; ch++) nfp += ts->fp[u * C + ch];
+      const double r = median_residual(p, in, inv_nu, mem, cnt, ts->tmpl + u * ts->D, ts->fp + u * C, nfp, buf);
+      if (r < best) best = r, to = u;
+    }
+    if (to > 0 && best <= p->templates.join_residual) {
+      for (int64_t r = 0; r < cnt; r++) labels[mem[r]] = (int32_t)to;
+      ts->is_unit[c] = 0;
+      ++*n_joined;
+    }
+  }
+  free(mem);
+  free(buf);
+  return st;
+}
+
 static void templ_set_free(templ_set *ts) {
   free(ts->tmpl);
   free(ts->fp);
@@ -264,21 +455,25 @@ ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_template
   float *inv_nu = NULL;
   int32_t *next = NULL, *first = NULL;
   ss_status st = SS_ALLOC(ctx, inv_nu, (size_t)D, "template noise scale");
-  if (st == SS_OK) st = SS_ALLOC(ctx, ts.tmpl, (size_t)k * D, "templates");
-  if (st == SS_OK) st = SS_CALLOC(ctx, ts.fp, (size_t)k * C, "template footprints");
-  if (st == SS_OK) st = SS_CALLOC(ctx, ts.is_unit, (size_t)k, "template units");
-  if (st == SS_OK) st = SS_CALLOC(ctx, ts.count, (size_t)k, "template counts");
   if (st == SS_OK) st = SS_ALLOC(ctx, next, (size_t)n, "template labels");
   if (st == SS_OK) st = SS_ALLOC(ctx, first, (size_t)n, "template labels");
   if (st == SS_OK) {
     memcpy(first, labels, (size_t)n * sizeof(int32_t));
     st = noise_scale(ctx, in, inv_nu);
   }
+  if (st == SS_OK) st = split_failing(ctx, p, in, inv_nu, labels, k, &ts.k, &out->n_split);
+  const int64_t k2 = ts.k;
+  if (st == SS_OK) st = SS_ALLOC(ctx, ts.tmpl, (size_t)k2 * D, "templates");
+  if (st == SS_OK) st = SS_CALLOC(ctx, ts.fp, (size_t)k2 * C, "template footprints");
+  if (st == SS_OK) st = SS_CALLOC(ctx, ts.is_unit, (size_t)k2, "template units");
+  if (st == SS_OK) st = SS_CALLOC(ctx, ts.count, (size_t)k2, "template counts");
+  if (st == SS_OK && k2 > k) st = build_templates(ctx, p, in, inv_nu, labels, &ts);
+  if (st == SS_OK && k2 > k) st = join_parts(ctx, p, in, inv_nu, &ts, k, labels, &out->n_joined);
   for (int64_t it = 0; st == SS_OK && it < p->templates.iterations; it++) {
     st = build_templates(ctx, p, in, inv_nu, labels, &ts);
     if (st != SS_OK) break;
     int64_t units = 0;
-    for (int64_t c = 1; c < k; c++) units += ts.is_unit[c];
+    for (int64_t c = 1; c < k2; c++) units += ts.is_unit[c];
     if (units == 0) {
       ss_log_warn(ctx, "templates: no cluster fits its template (templates.max_residual = %g); labels kept",
                   p->templates.max_residual);
@@ -291,14 +486,14 @@ ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_template
   if (st == SS_OK) {
     /* renumber: 0 stays 0, surviving clusters keep their order */
     int64_t *cnt = ts.count;
-    memset(cnt, 0, (size_t)k * sizeof(int64_t));
+    memset(cnt, 0, (size_t)k2 * sizeof(int64_t));
     for (int64_t i = 0; i < n; i++) cnt[labels[i]]++;
     int32_t *map = NULL;
-    st = SS_ALLOC(ctx, map, (size_t)k, "template renumbering");
+    st = SS_ALLOC(ctx, map, (size_t)k2, "template renumbering");
     if (st == SS_OK) {
       int32_t id = 1;
       map[0] = 0;
-      for (int64_t c = 1; c < k; c++) map[c] = cnt[c] > 0 ? id++ : 0;
+      for (int64_t c = 1; c < k2; c++) map[c] = cnt[c] > 0 ? id++ : 0;
       out->k_out = id;
       out->n_noise_out = 0;
       for (int64_t i = 0; i < n; i++) {

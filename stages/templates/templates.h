@@ -4,6 +4,16 @@
  * Units are clusters, impure ones are not: after masked EM, merge and cleanup, some clusters are
  * catch-alls of collided spikes of many units, and the cleanup has sent part of every unit's spikes to
  * the noise cluster 0 (docs/accuracy.md, "On third-party ground truth"). The pass:
+ *  0. Split (after step 1, with its noise scale): a cluster that fails the unit test of step 4 (two
+ *     units in one cluster, or a catch-all) is bisected by 2-means over all noise-scaled features (seeds:
+ *     the spike farthest from its template, then the spike farthest from that one;
+ *     SS_TEMPLATES_BISECT_ITERATIONS Lloyd steps), and so is each part that fails again, down to
+ *     templates.split_depth levels or parts under 2·templates.min_spikes. The final parts get new labels.
+ *     A part that passes the test joins the other unit whose template fits its spikes best (median
+ *     residual per footprint feature, as in step 4) when that fit is at most templates.join_residual: a
+ *     catch-all's collided spikes of one unit would otherwise become a second copy of that unit and take
+ *     half its spikes. Without this step, a cluster of two units fails the test, its spikes go to the
+ *     units that share its channels, and those fail the test in the next round in turn.
  *  1. Noise spread ν_j of each feature j: 1.4826·MAD of x_j over the spikes whose mask on j's channel
  *     is 0 (at most SS_TEMPLATES_NOISE_SAMPLE of them, evenly spaced); with fewer than
  *     SS_TEMPLATES_MIN_NOISE_SPIKES, the median ν of the features that have them (1 when none has).
@@ -40,6 +50,7 @@ extern "C" {
 #define SS_TEMPLATES_NOISE_SAMPLE 20000
 #define SS_TEMPLATES_MIN_NOISE_SPIKES 20
 #define SS_TEMPLATES_FOOTPRINT_REL 0.05
+#define SS_TEMPLATES_BISECT_ITERATIONS 20
 
 typedef struct {
   int64_t n;
@@ -56,6 +67,8 @@ typedef struct {
   int64_t n_units;                 /* clusters that passed step 4 in the last iteration */
   int64_t n_moved;                 /* spikes whose label changed (before renumbering) */
   int64_t n_noise_in, n_noise_out; /* spikes in cluster 0 before and after */
+  int64_t n_split;                 /* clusters that step 0 bisected */
+  int64_t n_joined;                /* parts of those that joined an existing unit */
 } ss_templates_result;
 
 /* Assign labels[0..n) in place by the rules above with the templates section's parameters. */
