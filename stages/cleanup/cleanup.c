@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/order.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -39,44 +40,11 @@
 /* Spikes staged at a time for the scatter matrix of the split test. */
 #define SS_CLEANUP_BLOCK 1024
 
-/* The k-th smallest of a[0..n) (0-based); reorders a. Hoare quickselect with a median-of-three pivot. */
-static double select_kth(double *a, int64_t n, int64_t k) {
-  int64_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    double x = a[lo], y = a[mid], z = a[hi];
-    double piv = (x < y) ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-    int64_t i = lo, j = hi;
-    while (i <= j) {
-      while (a[i] < piv) i++;
-      while (a[j] > piv) j--;
-      if (i <= j) {
-        double t = a[i];
-        a[i++] = a[j];
-        a[j--] = t;
-      }
-    }
-    if (k <= j) hi = j;
-    else if (k >= i) lo = i;
-    else return a[k];
-  }
-  return a[k];
-}
-
-/* The median of a[0..n) (mean of the two middle values when n is even); reorders a. */
-static double median(double *a, int64_t n) {
-  double hi = select_kth(a, n, n / 2);
-  if (n % 2) return hi;
-  double lo = a[0]; /* after the selection, a[0..n/2) holds the n/2 smallest values */
-  for (int64_t i = 1; i < n / 2; i++) lo = a[i] > lo ? a[i] : lo;
-  return 0.5 * (lo + hi);
-}
-
 /* Median and 1.4826·MAD of a[0..n), n >= 1; reorders a. */
 static void median_sd(double *a, int64_t n, double *med, double *sd) {
-  *med = median(a, n);
+  *med = ss_order_median(a, n);
   for (int64_t i = 0; i < n; i++) a[i] = fabs(a[i] - *med);
-  *sd = SS_CLEANUP_MAD_TO_SD * median(a, n);
+  *sd = SS_CLEANUP_MAD_TO_SD * ss_order_median(a, n);
 }
 
 typedef struct {

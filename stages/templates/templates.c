@@ -8,40 +8,9 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/order.h"
 
 #define SS_TEMPLATES_MAD_TO_SD 1.4826
-
-/* The k-th smallest of a[0..n) (0-based); reorders a so that a[0..k) <= a[k] <= a[k+1..n). */
-static double kth(double *a, int64_t n, int64_t k) {
-  int64_t lo = 0, hi = n - 1;
-  while (hi > lo) {
-    double piv = a[lo + (hi - lo) / 2];
-    int64_t i = lo, j = hi;
-    while (i <= j) {
-      while (a[i] < piv) i++;
-      while (a[j] > piv) j--;
-      if (i <= j) {
-        double t = a[i];
-        a[i++] = a[j];
-        a[j--] = t;
-      }
-    }
-    if (k <= j) hi = j;
-    else if (k >= i) lo = i;
-    else break;
-  }
-  return a[k];
-}
-
-/* Median of a[0..n), n >= 1 (the mean of the two middle values when n is even); reorders a. */
-static double median(double *a, int64_t n) {
-  double hi = kth(a, n, n / 2);
-  if (n % 2) return hi;
-  double lo = a[0];
-  for (int64_t i = 1; i < n / 2; i++)
-    if (a[i] > lo) lo = a[i];
-  return 0.5 * (lo + hi);
-}
 
 /* Gain of template t (noise-scaled) for spike x scaled by inv_nu (NULL: x is scaled already) over the
  * footprint fp; *amp the clamped amplitude, *res the residual ‖x − a·t‖² there. */
@@ -91,16 +60,16 @@ static ss_status noise_scale(ss_ctx *ctx, const ss_templates_input *in, float *i
         if (in->masks[i * C + c] == 0 && seen++ % stride == 0) buf[m++] = in->features[i * D + j];
       nu[j] = 0;
       if (m < SS_TEMPLATES_MIN_NOISE_SPIKES) continue;
-      const double med = median(buf, m);
+      const double med = ss_order_median(buf, m);
       for (int64_t i = 0; i < m; i++) buf[i] = fabs(buf[i] - med);
-      nu[j] = SS_TEMPLATES_MAD_TO_SD * median(buf, m);
+      nu[j] = SS_TEMPLATES_MAD_TO_SD * ss_order_median(buf, m);
     }
   }
   if (st == SS_OK) {
     int64_t m = 0;
     for (int j = 0; j < D; j++)
       if (nu[j] > 0) buf[m++] = nu[j];
-    const double fill = m > 0 ? median(buf, m) : 1.0;
+    const double fill = m > 0 ? ss_order_median(buf, m) : 1.0;
     for (int j = 0; j < D; j++) inv_nu[j] = (float)(1.0 / (nu[j] > 0 ? nu[j] : fill));
   }
   free(buf);
@@ -129,7 +98,7 @@ static double median_residual(const ss_params *p, const ss_templates_input *in, 
     gain_scaled(in->features + i * D, inv_nu, t, fp, C, P, p->templates.amp_min, p->templates.amp_max, NULL, &res);
     buf[r] = res / ((double)nfp * P);
   }
-  return median(buf, m);
+  return ss_order_median(buf, m);
 }
 
 /* Steps 2 and 4 for the cnt spikes mem[0..cnt): the template t[0..D), the footprint fp[0..C) and in *res the
@@ -150,7 +119,7 @@ static int fit_cluster(const ss_params *p, const ss_templates_input *in, const f
       const int64_t i = mem[(int64_t)((__int128)r * cnt / m)];
       buf[r] = (double)in->features[i * D + j] * inv_nu[j];
     }
-    t[j] = (float)median(buf, m);
+    t[j] = (float)ss_order_median(buf, m);
   }
   double emax = 0;
   for (int ch = 0; ch < C; ch++) {
