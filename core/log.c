@@ -2,6 +2,7 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -21,18 +22,69 @@ double ss_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static const char *const level_names[] = {"error", "warning", "info", "debug"};
+
+/* Hand one line to the context's sink; a line too long for the buffer is cut. */
+static void to_sink(const ss_ctx *ctx, ss_log_level level, const char *fmt, va_list ap) {
+  char line[SS_LOG_LINE_MAX];
+  vsnprintf(line, sizeof(line), fmt, ap);
+  ctx->log_sink(ctx->log_sink_user, level, line);
+}
+
 void ss_log(const ss_ctx *ctx, ss_log_level level, const char *fmt, ...) {
+  va_list ap;
+  if (ctx->log_sink && (level <= SS_LOG_INFO || level <= ctx->log_level)) {
+    va_start(ap, fmt);
+    to_sink(ctx, level, fmt, ap);
+    va_end(ap);
+  }
   if (level > ctx->log_level) return;
   if (ctx->quiet && level >= SS_LOG_INFO) return;
-  static const char *const names[] = {"error", "warning", "info", "debug"};
   FILE *f = stream_of(ctx);
-  fprintf(f, "spikestream: %s: ", names[level]);
-  va_list ap;
+  fprintf(f, "spikestream: %s: ", level_names[level]);
   va_start(ap, fmt);
   vfprintf(f, fmt, ap);
   va_end(ap);
   fputc('\n', f);
   fflush(f);
+}
+
+void ss_log_memory_init(ss_log_memory *m) {
+  memset(m, 0, sizeof(*m));
+  pthread_mutex_init(&m->lock, NULL);
+  m->t_start = ss_now();
+}
+
+void ss_log_memory_free(ss_log_memory *m) {
+  pthread_mutex_destroy(&m->lock);
+  free(m->text);
+  memset(m, 0, sizeof(*m));
+}
+
+/* Append under the lock; past SS_LOG_MEMORY_MAX (or when memory runs out) lines are counted, not kept. */
+void ss_log_memory_sink(void *user, ss_log_level level, const char *line) {
+  ss_log_memory *m = user;
+  char head[64];
+  int hn = snprintf(head, sizeof(head), "%9.3f s %s: ", ss_now() - m->t_start, level_names[level]);
+  size_t add = (size_t)(hn > 0 ? hn : 0) + strlen(line) + 1;
+  pthread_mutex_lock(&m->lock);
+  if (m->len + add + 1 > m->cap && m->len + add + 1 <= SS_LOG_MEMORY_MAX) {
+    size_t cap = m->cap ? m->cap : 4096;
+    while (cap < m->len + add + 1) cap *= 2;
+    char *t = realloc(m->text, cap);
+    if (t) {
+      m->text = t;
+      m->cap = cap;
+    }
+  }
+  if (m->len + add + 1 <= m->cap) {
+    snprintf(m->text + m->len, m->cap - m->len, "%s%s\n", head, line);
+    m->len += add;
+  } else {
+    m->n_dropped++;
+  }
+  pthread_mutex_unlock(&m->lock);
+  if (m->next) m->next(m->next_user, level, line);
 }
 
 ss_status ss_log_level_parse(ss_ctx *ctx, const char *text, ss_log_level *out) {

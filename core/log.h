@@ -5,6 +5,9 @@
 #ifndef SS_LOG_H
 #define SS_LOG_H
 
+#include <pthread.h>
+#include <stdint.h>
+
 #include "status.h"
 
 #ifdef __cplusplus
@@ -16,6 +19,28 @@ void ss_log(const ss_ctx *ctx, ss_log_level level, const char *fmt, ...) __attri
 #define ss_log_warn(ctx, ...) ss_log((ctx), SS_LOG_WARN, __VA_ARGS__)
 #define ss_log_info(ctx, ...) ss_log((ctx), SS_LOG_INFO, __VA_ARGS__)
 #define ss_log_debug(ctx, ...) ss_log((ctx), SS_LOG_DEBUG, __VA_ARGS__)
+
+/* ss_log's lines are cut at this many bytes for a sink (the stream gets them whole). */
+#define SS_LOG_LINE_MAX 4096
+/* An ss_log_memory keeps at most this many bytes of lines. */
+#define SS_LOG_MEMORY_MAX ((size_t)16 << 20)
+
+/* Log lines kept in memory, e.g. for a log file written with a command's outputs: install with
+ * ctx->log_sink = ss_log_memory_sink, ctx->log_sink_user = &m. Each line is "SECONDS s LEVEL: message"
+ * (seconds since ss_log_memory_init). Safe for several threads at once. */
+typedef struct {
+  pthread_mutex_t lock;
+  char *text; /* len bytes of '\n'-terminated lines (NUL-terminated when len > 0) */
+  size_t len, cap;
+  int64_t n_dropped; /* lines not kept (over SS_LOG_MEMORY_MAX or out of memory) */
+  double t_start;
+  ss_log_sink next; /* a sink the context had before, still handed every line (NULL: none) */
+  void *next_user;
+} ss_log_memory;
+
+void ss_log_memory_init(ss_log_memory *m);
+void ss_log_memory_free(ss_log_memory *m);
+void ss_log_memory_sink(void *user, ss_log_level level, const char *line);
 
 /* Parse "error|warn|info|debug". */
 ss_status ss_log_level_parse(ss_ctx *ctx, const char *text, ss_log_level *out);

@@ -18,6 +18,8 @@ void ss_ctx_init_child(ss_ctx *child, const ss_ctx *parent) {
   child->log_stream = parent->log_stream;
   child->quiet = parent->quiet;
   child->alloc_fault = parent->alloc_fault;
+  child->log_sink = parent->log_sink;
+  child->log_sink_user = parent->log_sink_user;
 }
 
 void ss_ctx_clear(ss_ctx *ctx) {

@@ -37,6 +37,12 @@ typedef struct {
   long long count;   /* allocations so far (updated atomically: children may run on other threads) */
 } ss_alloc_fault;
 
+/* A receiver of log lines beside the stream (e.g. a copy kept for a log file): called for every
+ * line at INFO and above, and below that down to the context's level, whether or not ctx->quiet
+ * hides it from the stream; `line` is the message without the "spikestream: LEVEL: " prefix. It may
+ * be called from several threads at once (children of the context share it). */
+typedef void (*ss_log_sink)(void *user, ss_log_level level, const char *line);
+
 /* The context: the error message of the last failure, and where and how much to log. */
 typedef struct ss_ctx {
   ss_status status;
@@ -48,11 +54,13 @@ typedef struct ss_ctx {
   FILE *log_stream;            /* default stderr */
   int progress_tty;            /* -1: detect from log_stream; 0/1 forced */
   ss_alloc_fault *alloc_fault; /* NULL (the default): no injection */
+  ss_log_sink log_sink;        /* NULL (the default): the stream only */
+  void *log_sink_user;
 } ss_ctx;
 
 void ss_ctx_init(ss_ctx *ctx);
 /* A fresh context for work done on behalf of `parent` (another thread, a slot): no failure recorded,
- * the parent's logging settings (level, stream, quiet) and allocation-failure injection. */
+ * the parent's logging settings (level, stream, quiet, sink) and allocation-failure injection. */
 void ss_ctx_init_child(ss_ctx *child, const ss_ctx *parent);
 /* Forget the recorded failure (the logging settings stay). */
 void ss_ctx_clear(ss_ctx *ctx);

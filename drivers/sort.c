@@ -383,8 +383,7 @@ static ss_status run_all(ss_ctx *ctx, const ss_sort_opts *o, const ss_backend *b
   return st;
 }
 
-ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) {
-  memset(sum, 0, sizeof(*sum));
+static ss_status sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum, const ss_log_memory *log) {
   double t_start = ss_now();
   if (!o->out_dir || !o->spec.path)
     return ss_fail(ctx, SS_ERR_USAGE, "sort: an input and an output directory are needed");
@@ -401,7 +400,7 @@ ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) 
   ss_probe probe;
   st = resolve_probe(ctx, o, info, &probe);
   if (st == SS_OK) {
-    ss_sort_state s = {.o = o, .info = info, .probe = &probe, .device = device, .sum = sum};
+    ss_sort_state s = {.o = o, .info = info, .probe = &probe, .device = device, .sum = sum, .log = log};
     sum->duration_s = info->duration_s;
     sum->n_channels = info->n_channels;
     sum->n_threads = be.n_threads;
@@ -414,6 +413,22 @@ ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) 
   ss_source_close(src);
   ss_backend_close(&be);
   if (st != SS_OK) ss_sort_summary_free(sum);
+  return st;
+}
+
+/* Every log line of the run is also kept for sort.log (ss_sort_write_outputs), --quiet or not. */
+ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) {
+  memset(sum, 0, sizeof(*sum));
+  ss_log_memory log;
+  ss_log_memory_init(&log);
+  log.next = ctx->log_sink;
+  log.next_user = ctx->log_sink_user;
+  ctx->log_sink = ss_log_memory_sink;
+  ctx->log_sink_user = &log;
+  ss_status st = sort_run(ctx, o, sum, &log);
+  ctx->log_sink = log.next;
+  ctx->log_sink_user = log.next_user;
+  ss_log_memory_free(&log);
   return st;
 }
 

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "core/log.h"
 #include "params/probe.h"
 #include "drivers/frontend.h"
 #include "stages/live/live_model.h"
@@ -37,7 +38,8 @@ typedef struct {
   int has_live; /* the causal twin below was fitted (model.h5 /live) */
   ss_frontend_model live_fe;
   ss_live_twin live;
-  const char *write_dir; /* where the writers put the outputs: the output set's temporary folder */
+  const ss_log_memory *log; /* the sort's log lines so far (sort.log) */
+  const char *write_dir;    /* where the writers put the outputs: the output set's temporary folder */
 } ss_sort_state;
 
 /* The causal twin of the model (sort.live_model): a second front-end pass with filter.causal = 1

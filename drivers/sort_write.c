@@ -1,6 +1,7 @@
 /* sort_write.c — the outputs of a sort (sort.h) through the io/ writers: results.h5 with the clusters
  * and the merge log, the phy folder, the KlustaKwik files and model.h5. Everything here is sequential
  * over spikes, so the outputs do not depend on the thread count. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -516,6 +517,22 @@ static ss_status write_model(ss_ctx *ctx, const ss_sort_state *s) {
   return st;
 }
 
+/* sort.log: the run's log lines so far (written last, so that it has the other outputs' lines). */
+static ss_status write_log(ss_ctx *ctx, const ss_sort_state *s) {
+  if (!s->log) return SS_OK;
+  char path[SS_OUTSET_PATH_MAX + 16];
+  snprintf(path, sizeof(path), "%s/sort.log", s->write_dir);
+  FILE *f = fopen(path, "w");
+  if (!f) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+  ss_log_memory *m = (ss_log_memory *)s->log; /* the lock is the only thing changed */
+  pthread_mutex_lock(&m->lock);
+  int bad = m->len > 0 && fwrite(m->text, 1, m->len, f) != m->len;
+  if (m->n_dropped > 0) bad |= fprintf(f, "(%" PRId64 " more lines not kept)\n", m->n_dropped) < 0;
+  pthread_mutex_unlock(&m->lock);
+  bad |= fclose(f) != 0;
+  return bad ? ss_fail(ctx, SS_ERR_IO, "%s: write failed", path) : SS_OK;
+}
+
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
   static const struct {
     const char *name;
@@ -523,7 +540,8 @@ ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
   } outputs[] = {{"results.h5", write_results},
                  {"phy folder", write_phy},
                  {"KlustaKwik files", write_klustakwik},
-                 {"model.h5", write_model}};
+                 {"model.h5", write_model},
+                 {"sort.log", write_log}};
   ss_outset os;
   SS_TRY(ss_outset_begin(ctx, &os, s->o->out_dir, s->o->test_kill_at));
   ss_sort_state w = *s;

@@ -69,6 +69,27 @@ static void out_file(char *buf, size_t len, const char *run, const char *file) {
   snprintf(buf, len, "%s/%s", dir, file);
 }
 
+/* sort.log holds the run's log lines although -q hid them, the live twin's k-means fits as one
+ * summary line, and the manifest lists it. */
+static void sort_log(void **state) {
+  (void)state;
+  char path[2 * PATH_LEN];
+  sort_into("logged", "");
+  out_file(path, sizeof(path), "logged", "sort.log");
+  char *log = ss_test_slurp(path);
+  assert_non_null(log);
+  assert_non_null(strstr(log, "info: sort: [1/4] front end"));
+  assert_non_null(strstr(log, "info: sort: [4/4] outputs under"));
+  assert_non_null(strstr(log, "info: live twin: "));
+  if (strstr(log, "info: kmeans: ")) fail_msg("the live twin's k-means fits are logged one by one:\n%s", log);
+  free(log);
+  out_file(path, sizeof(path), "logged", "manifest.txt");
+  char *manifest = ss_test_slurp(path);
+  assert_non_null(manifest);
+  assert_non_null(strstr(manifest, "sort.log"));
+  free(manifest);
+}
+
 /* Outputs exist, phy check passes (in sort and alone), compare finds the units. */
 static void end_to_end(void **state) {
   (void)state;
@@ -384,7 +405,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),          cmocka_unit_test(h5_layouts),       cmocka_unit_test(quality_outputs),
       cmocka_unit_test(threads_and_cluster), cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
-      cmocka_unit_test(em_subset),           cmocka_unit_test(unwired_contacts),
+      cmocka_unit_test(em_subset),           cmocka_unit_test(unwired_contacts), cmocka_unit_test(sort_log),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

@@ -441,11 +441,11 @@ ss_status ss_kmeans_fit(ss_ctx *ctx, const ss_backend *be, const float *x, int64
   double t0 = ss_now();
   ss_status st = run(ctx, be, &pb, o, NULL, res);
   if (st == SS_OK)
-    ss_log_info(ctx,
-                "kmeans: %" PRId64 " points, d = %" PRId64 ", k = %" PRId64 " on %s: %" PRId64
-                " iterations (%s), inertia %.9g, %.3f s",
-                n, d, o->k, ss_device_kind_name(be->kind), res->n_iterations,
-                res->converged ? "converged" : "iteration cap", res->final_inertia, ss_now() - t0);
+    ss_log(ctx, o->quiet ? SS_LOG_DEBUG : SS_LOG_INFO,
+           "kmeans: %" PRId64 " points, d = %" PRId64 ", k = %" PRId64 " on %s: %" PRId64
+           " iterations (%s), inertia %.9g, %.3f s",
+           n, d, o->k, ss_device_kind_name(be->kind), res->n_iterations, res->converged ? "converged" : "iteration cap",
+           res->final_inertia, ss_now() - t0);
   ss_kmeans_problem_free(&pb);
   return st;
 }

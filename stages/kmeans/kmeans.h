@@ -37,6 +37,7 @@ typedef struct {
   int64_t max_iterations;      /* cap on centroid updates */
   double tol_change_fraction;  /* stop when at most this fraction of labels changed */
   uint64_t seed;
+  int quiet; /* 1: the per-fit summary line at debug level (callers that fit many small problems) */
 } ss_kmeans_opts;
 
 typedef struct {

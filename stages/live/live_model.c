@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "io/model_h5.h"
 #include "stages/kmeans/kmeans.h"
 
@@ -216,7 +217,8 @@ static ss_status unit_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, cons
                        .init = SS_KMEANS_INIT_PP,
                        .max_iterations = SS_LIVE_PROTOTYPE_ITERATIONS,
                        .tol_change_fraction = 0,
-                       .seed = in->seed};
+                       .seed = in->seed,
+                       .quiet = 1}; /* one line per unit would bury the sort's log: twin_prototypes sums up */
   ss_kmeans_result kr;
   memset(&kr, 0, sizeof(kr));
   if (st == SS_OK) st = ss_kmeans_fit(ctx, in->be, x, n, D, &ko, &kr);
@@ -246,7 +248,7 @@ static ss_status twin_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, cons
   const int64_t C = in->n_channels, D = C * in->n_pcs, K = out->k;
   out->n_units = K;
   if (in->max_prototypes <= 1 || !in->be) return SS_OK;
-  int64_t *start = NULL, *members = NULL, *fill = NULL, R = 0;
+  int64_t *start = NULL, *members = NULL, *fill = NULL, R = 0, n_fits = 0;
   int32_t *ids = NULL;
   float *cen = NULL, *msk = NULL;
   ss_status st = SS_OK;
@@ -279,9 +281,12 @@ static ss_status twin_prototypes(ss_ctx *ctx, const ss_live_twin_input *in, cons
     } else {
       st = unit_prototypes(ctx, in, members + start[u], start[u + 1] - start[u], fill[u], out->mean_mask + u * C,
                            cen + r * D, msk + r * C);
+      n_fits++;
     }
   }
   if (st == SS_OK) {
+    ss_log_info(ctx, "live twin: %" PRId64 " prototypes for %" PRId64 " units (%" PRId64 " k-means fits)", R, K,
+                n_fits);
     free(out->unit_id);
     free(out->centroid);
     free(out->mean_mask);
