@@ -2,6 +2,7 @@
  * number and device parsing with usage messages. */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 int ss_cli_number(const char *cmd, const char *opt, const char *arg, double min, double *out) {
   char *end = NULL;
   *out = strtod(arg, &end);
-  if (!*arg || *end || !(*out >= min))
+  if (!*arg || *end || !isfinite(*out) || !(*out >= min))
     return ss_cli_usage_error(cmd, "--%s: expected a number >= %g, got \"%s\"", opt, min, arg);
   return 0;
 }

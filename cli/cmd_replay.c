@@ -97,13 +97,6 @@ static int positive_number(const char *opt, const char *arg, double max, double 
   return 0;
 }
 
-static int finite_number(const char *opt, const char *arg, double min, double *out) {
-  int code = ss_cli_number("replay", opt, arg, min, out);
-  if (code == 0 && !isfinite(*out))
-    return ss_cli_usage_error("replay", "--%s: expected a finite number, got \"%s\"", opt, arg);
-  return code;
-}
-
 static int on_option(int opt, const char *arg, void *user) {
   replay_args *a = user;
   int code = 0;
@@ -112,11 +105,11 @@ static int on_option(int opt, const char *arg, void *user) {
     case OPT_SEND_LOG: a->send_log = arg; break;
     case OPT_RAW: a->raw = 1; break;
     case OPT_TOKEN_FILE: a->token_file = arg; break;
-    case OPT_SPEED: code = finite_number("speed", arg, 0, &a->speed); break;
+    case OPT_SPEED: code = ss_cli_number("replay", "speed", arg, 0, &a->speed); break;
     case OPT_BLOCK_MS: code = positive_number("block-ms", arg, REPLAY_MAX_BLOCK_MS, &a->block_ms); break;
-    case OPT_START: code = finite_number("start", arg, 0, &a->start_s); break;
+    case OPT_START: code = ss_cli_number("replay", "start", arg, 0, &a->start_s); break;
     case OPT_DURATION: code = positive_number("duration", arg, HUGE_VAL, &a->duration_s); break;
-    case OPT_CONNECT_TIMEOUT: code = finite_number("connect-timeout", arg, 0, &a->connect_timeout_s); break;
+    case OPT_CONNECT_TIMEOUT: code = ss_cli_number("replay", "connect-timeout", arg, 0, &a->connect_timeout_s); break;
     default:
       code = ss_cli_source_option("replay", opt, arg, &a->spec, a->ctx);
       if (code < 0) code = ss_cli_usage_error("replay", "unknown option");

@@ -49,6 +49,15 @@ static void knn_generate_sizes(void **state) {
   expect_cli("knn --generate 4611686018427387904 4611686018427387904 1 2 -o -", 2, "--generate: N_TRAIN");
 }
 
+/* Non-finite numbers are refused by the shared option parser, for every command that uses it. */
+static void numbers_finite(void **state) {
+  (void)state;
+  expect_cli("replay x.nwb --to - --speed inf", 2,
+             "spikestream replay: --speed: expected a number >= 0, got \"inf\"\n");
+  expect_cli("sort x.bin --format binary --channels 4 --rate inf -o o", 2,
+             "spikestream sort: --rate: expected a number >= 1e-09, got \"inf\"\n");
+}
+
 static void compare_window(void **state) {
   (void)state;
   const char *bad[] = {"1e300", "nan", "inf", "-0.5", "1000.5"};
@@ -135,11 +144,9 @@ static void threads_bounded(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(knn_header_sizes),
-      cmocka_unit_test(knn_generate_sizes),
-      cmocka_unit_test(compare_window),
-      cmocka_unit_test(nwb_rate_out_of_range),
-      cmocka_unit_test(nwb_electrodes_not_fitting),
+      cmocka_unit_test(knn_header_sizes),      cmocka_unit_test(knn_generate_sizes),
+      cmocka_unit_test(numbers_finite),        cmocka_unit_test(compare_window),
+      cmocka_unit_test(nwb_rate_out_of_range), cmocka_unit_test(nwb_electrodes_not_fitting),
       cmocka_unit_test(threads_bounded),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
