@@ -150,6 +150,8 @@ static ss_status slots_status(ss_ctx *ctx, fe_slot *slots, int n) {
 
 static int n_threads_of(const ss_backend *be) { return be && be->n_threads > 0 ? be->n_threads : 1; }
 
+int ss_frontend_pass_slots(const ss_backend *be) { return n_threads_of(be); }
+
 /* --- pass 1: excerpts -------------------------------------------------------------------------- */
 
 typedef struct {
@@ -317,6 +319,69 @@ static ss_status run_chunks(ss_ctx *ctx, const ss_backend *be, fe_state *fs, ss_
   for (int j = 0; j < T; j++) slot_free(&slots[j]);
   free(slots);
   model->n_chunks = n_chunks;
+  return st;
+}
+
+/* --- later passes over the filtered recording ---------------------------------------------------- */
+
+static ss_status pass_batch(ss_ctx *ctx, const ss_backend *host, const fe_state *fs, fe_slot *slots, int m,
+                            const ss_fe_pass *pass) {
+#pragma omp parallel for num_threads(n_threads_of(host)) schedule(dynamic, 1)
+  for (int j = 0; j < m; j++) {
+    fe_slot *s = &slots[j];
+    s->st = slot_filter(&s->ctx, host, fs, s);
+    ss_fe_view v = {.x = s->x, .n_rows = slot_rows(s), .row0_sample = s->start - s->left, .own_begin = s->left,
+                    .own_end = s->left + s->n, .valid_begin = s->left - s->left_valid,
+                    .valid_end = s->left + s->n + s->right_valid};
+    if (s->st == SS_OK) s->st = pass->chunk(&s->ctx, pass->user, j, &v);
+  }
+  SS_TRY(slots_status(ctx, slots, m));
+  for (int j = 0; j < m; j++) {
+    fe_slot *s = &slots[j];
+    ss_fe_view v = {.x = s->x, .n_rows = slot_rows(s), .row0_sample = s->start - s->left, .own_begin = s->left,
+                    .own_end = s->left + s->n};
+    if (pass->collect) SS_TRY(pass->collect(ctx, pass->user, j, &v));
+  }
+  return SS_OK;
+}
+
+ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src,
+                           const ss_probe *probe, const ss_frontend_model *model, const ss_fe_pass *pass) {
+  fe_state fs;
+  memset(&fs, 0, sizeof(fs));
+  fs.p = p;
+  fs.info = ss_source_get_info(src);
+  fs.C = fs.info->n_channels;
+  fs.filter = model->filter;
+  fs.cfg = model->detect;
+  fs.th = model->thresholds;
+  int64_t margin = settle_samples(&fs.filter) + pass->reach;
+  fs.margin = (int)(margin > model->margin ? margin : model->margin);
+  SS_TRY(ss_detect_graph_from_probe(ctx, probe, fs.C, &fs.graph));
+  /* filtering runs on CPU threads whatever the backend: the pass's stage decides where its own work runs */
+  const ss_backend host = {.kind = SS_DEVICE_CPU, .n_threads = n_threads_of(be)};
+  const int T = n_threads_of(be);
+  fe_slot *slots = NULL;
+  ss_status st = ss_source_configure(ctx, src, model->chunk_samples, fs.margin, fs.margin);
+  if (st == SS_OK) st = SS_CALLOC(ctx, slots, (size_t)T, "pass slots");
+  const int64_t n_chunks = st == SS_OK ? ss_source_n_chunks(src) : 0;
+  ss_progress prog;
+  ss_progress_start(&prog, ctx, pass->name, fs.info->duration_s);
+  for (int64_t b = 0; b < n_chunks && st == SS_OK; b += T) {
+    int m = (int)(n_chunks - b < T ? n_chunks - b : T);
+    for (int j = 0; j < m && st == SS_OK; j++) {
+      ss_chunk ch;
+      st = ss_source_chunk(ctx, src, b + j, &ch);
+      if (st == SS_OK) st = slot_load(ctx, &slots[j], &ch);
+      slot_ctx_init(&slots[j], ctx);
+    }
+    if (st == SS_OK) st = pass_batch(ctx, &host, &fs, slots, m, pass);
+    if (st == SS_OK) ss_progress_update(&prog, (double)(slots[m - 1].start + slots[m - 1].n) / fs.info->rate_hz);
+  }
+  ss_progress_finish(&prog);
+  for (int j = 0; slots && j < T; j++) slot_free(&slots[j]);
+  free(slots);
+  ss_detect_graph_free(&fs.graph);
   return st;
 }
 

@@ -82,6 +82,33 @@ int ss_frontend_margin(const ss_params *p, const ss_filter *f, const ss_detect_c
 ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
                           ss_spikes *out, ss_frontend_model *model);
 
+/* A later pass over the recording, filtered as the front end filtered it (the model's filter and
+ * noise levels), in its chunks of model->chunk_samples with margins of the filter's settling plus
+ * `reach` samples on each side. For every chunk, `chunk` runs on a CPU thread (slot = 0 .. threads−1,
+ * a chunk's slot in its batch; x may be changed), then `collect` runs on the calling thread in chunk
+ * order with the same slot. */
+typedef struct {
+  float *x;                       /* filtered, [n_rows × n_channels], µV */
+  int64_t n_rows;
+  int64_t row0_sample;            /* recording sample of row 0 */
+  int64_t own_begin, own_end;     /* the chunk's own rows */
+  int64_t valid_begin, valid_end; /* rows inside the recording (chunk callback only) */
+} ss_fe_view;
+
+typedef struct {
+  const char *name; /* progress label */
+  int64_t reach;
+  ss_status (*chunk)(ss_ctx *ctx, void *user, int slot, ss_fe_view *v);
+  ss_status (*collect)(ss_ctx *ctx, void *user, int slot, const ss_fe_view *v); /* may be NULL */
+  void *user;
+} ss_fe_pass;
+
+/* The number of slots `chunk` sees: the backend's CPU threads. */
+int ss_frontend_pass_slots(const ss_backend *be);
+
+ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src,
+                           const ss_probe *probe, const ss_frontend_model *model, const ss_fe_pass *pass);
+
 #ifdef __cplusplus
 }
 #endif

@@ -327,6 +327,8 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   double t2 = ss_now();
   SS_TRY(run_merge(ctx, s));
   SS_TRY(run_templates(ctx, s));
+  SS_TRY(ss_sort_match(ctx, be, src, s));
+  sum->n_spikes = s->spikes.n;
   SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));
   SS_TRY(ss_sort_quality(ctx, s));
   double t3 = ss_now();

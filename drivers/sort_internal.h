@@ -47,6 +47,12 @@ typedef struct {
  * has_live = 0: model.h5 is then written without /live; running out of host memory fails the sort. */
 ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s);
 
+/* Template matching (sort_match.c): the units' templates from the filtered recording, matched over
+ * the whole recording (stages/match/match.h); the matched spikes replace s->spikes, labels 1..K in
+ * s->labels (cluster 0 is left empty), each spike's raw label that of its nearest detection.
+ * Nothing happens when match.max_rounds is 0 or the merge is off. */
+ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s);
+
 /* Quality metrics and labels of the final clusters (quality.h) into s->sum->quality. */
 ss_status ss_sort_quality(ss_ctx *ctx, ss_sort_state *s);
 /* The per-unit table: id, spikes, firing rate, SNR, ISI violation ratio, presence ratio, amplitude

@@ -263,6 +263,9 @@ ss_status ss_params_validate(ss_ctx *ctx, const ss_params *p) {
   if (!(p->templates.amp_min <= p->templates.amp_max))
     ss_problem(ctx, SS_ERR_INPUT, "templates.amp_min: must not exceed templates.amp_max (%g > %g)",
                p->templates.amp_min, p->templates.amp_max);
+  if (!(p->match.amp_min <= p->match.amp_max))
+    ss_problem(ctx, SS_ERR_INPUT, "match.amp_min: must not exceed match.amp_max (%g > %g)", p->match.amp_min,
+               p->match.amp_max);
   return ctx->n_problems > before ? SS_ERR_INPUT : SS_OK;
 }
 

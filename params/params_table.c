@@ -154,6 +154,27 @@ const ss_param_spec ss_param_table[] = {
         "median residual per footprint feature of at most this (the lowest such), so that a catch-all's collided "
         "spikes of one unit do not become a second copy of that unit."),
 
+    INT("match.max_rounds", match.max_rounds, 30, 0, 1000,
+        "Rounds of template matching after the template pass in `sort`: the units' mean filtered waveforms are "
+        "matched over the whole recording by greedy matching pursuit, so overlapping spikes are found and each "
+        "spike gets its unit and amplitude from the best template fit (stages/match/match.h; docs/accuracy.md). "
+        "0: off, the detected spikes and their clusters are the output."),
+    NUM("match.before_ms", match.before_ms, 0.8, 0, 100, 1, 0, "Template window before the spike time, in ms."),
+    NUM("match.after_ms", match.after_ms, 1.2, 0, 100, 1, 0, "Template window after the spike time, in ms."),
+    INT("match.template_spikes", match.template_spikes, 1000, 1, I64_MAX,
+        "A unit's template is the mean filtered waveform of at most this many of its spikes, evenly spaced in "
+        "time."),
+    NUM("match.footprint_sigma", match.footprint_sigma, 1.0, 0, INF, 1, 0,
+        "A template's footprint: the channels where its peak reaches this many noise standard deviations; the "
+        "template is zero elsewhere."),
+    NUM("match.min_gain", match.min_gain, 60.0, 0, INF, 1, 0,
+        "Least energy, in noise variances, a matched spike must remove from the data (a template fit on its "
+        "footprint: 2ab - a^2 |T|^2)."),
+    NUM("match.amp_min", match.amp_min, 0.6, 0, INF, 1, 0, "Smallest amplitude scale of a template fit."),
+    NUM("match.amp_max", match.amp_max, 1.6, 0, INF, 1, 0, "Largest amplitude scale of a template fit."),
+    NUM("match.dead_ms", match.dead_ms, 1.0, 0, 100, 0, 0,
+        "No second spike of a unit is matched this close to one of its matched spikes."),
+
     NUM("quality.refractory_ms", quality.refractory_ms, 1.5, 0, 1000, 1, 0,
         "Refractory period of the ISI violation ratio (Hill et al. 2011): intervals shorter than this violate it "
         "(docs/quality.md)."),
