@@ -226,23 +226,27 @@ static ss_status work_reserve(ss_ctx *ctx, ss_match_work *w, const ss_match_bank
   return SS_OK;
 }
 
-/* b_u(t) for t in [t0, t1) by direct correlation over the footprint (contiguous rows of the gathered
- * footprint channels). */
+/* b_u(t) for t in [t0, t1) by direct correlation over the footprint: the footprint channels are
+ * gathered channel-major, so each template sample adds a scaled contiguous run of one channel. */
 static void unit_scores(const ss_match_bank *b, const float *xs, int64_t t0, int64_t t1, int u, float *gather,
                         float *bu) {
   const int C = b->C, W = b->W;
   const int32_t f0 = b->fp_start[u], nf = b->fp_start[u + 1] - f0;
-  const int64_t r0 = t0 - b->n_before, r1 = t1 - b->n_before + W;
-  for (int64_t r = r0; r < r1; r++)
-    for (int j = 0; j < nf; j++) gather[(r - r0) * nf + j] = xs[r * C + b->fp[f0 + j]];
-  const float *tc = b->tmpl_fp + (size_t)f0 * W;
-  const int64_t len = (int64_t)W * nf;
-  for (int64_t t = t0; t < t1; t++) {
-    const float *xw = gather + (t - t0) * nf;
-    float s = 0;
-    for (int64_t i = 0; i < len; i++) s += xw[i] * tc[i];
-    bu[t] = s;
+  const int64_t r0 = t0 - b->n_before, len = t1 - t0 + W - 1, n = t1 - t0;
+  for (int j = 0; j < nf; j++) {
+    const int c = b->fp[f0 + j];
+    float *g = gather + (size_t)j * len;
+    for (int64_t r = 0; r < len; r++) g[r] = xs[(r0 + r) * C + c];
   }
+  const float *tc = b->tmpl_fp + (size_t)f0 * W;
+  float *out = bu + t0;
+  memset(out, 0, (size_t)n * sizeof(float));
+  for (int w = 0; w < W; w++)
+    for (int j = 0; j < nf; j++) {
+      const float k = tc[w * nf + j];
+      const float *g = gather + (size_t)j * len + w;
+      for (int64_t t = 0; t < n; t++) out[t] += k * g[t];
+    }
 }
 
 /* The fit of score s for unit u: gain, and the amplitude in *a. */
