@@ -330,23 +330,30 @@ static ss_status pass_batch(ss_ctx *ctx, const ss_backend *host, const fe_state 
   for (int j = 0; j < m; j++) {
     fe_slot *s = &slots[j];
     s->st = slot_filter(&s->ctx, host, fs, s);
-    ss_fe_view v = {.x = s->x, .n_rows = slot_rows(s), .row0_sample = s->start - s->left, .own_begin = s->left,
-                    .own_end = s->left + s->n, .valid_begin = s->left - s->left_valid,
+    ss_fe_view v = {.x = s->x,
+                    .n_rows = slot_rows(s),
+                    .row0_sample = s->start - s->left,
+                    .own_begin = s->left,
+                    .own_end = s->left + s->n,
+                    .valid_begin = s->left - s->left_valid,
                     .valid_end = s->left + s->n + s->right_valid};
     if (s->st == SS_OK) s->st = pass->chunk(&s->ctx, pass->user, j, &v);
   }
   SS_TRY(slots_status(ctx, slots, m));
   for (int j = 0; j < m; j++) {
     fe_slot *s = &slots[j];
-    ss_fe_view v = {.x = s->x, .n_rows = slot_rows(s), .row0_sample = s->start - s->left, .own_begin = s->left,
+    ss_fe_view v = {.x = s->x,
+                    .n_rows = slot_rows(s),
+                    .row0_sample = s->start - s->left,
+                    .own_begin = s->left,
                     .own_end = s->left + s->n};
     if (pass->collect) SS_TRY(pass->collect(ctx, pass->user, j, &v));
   }
   return SS_OK;
 }
 
-ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src,
-                           const ss_probe *probe, const ss_frontend_model *model, const ss_fe_pass *pass) {
+ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
+                           const ss_frontend_model *model, const ss_fe_pass *pass) {
   fe_state fs;
   memset(&fs, 0, sizeof(fs));
   fs.p = p;

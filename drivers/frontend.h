@@ -88,7 +88,7 @@ ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
  * a chunk's slot in its batch; x may be changed), then `collect` runs on the calling thread in chunk
  * order with the same slot. */
 typedef struct {
-  float *x;                       /* filtered, [n_rows × n_channels], µV */
+  float *x; /* filtered, [n_rows × n_channels], µV */
   int64_t n_rows;
   int64_t row0_sample;            /* recording sample of row 0 */
   int64_t own_begin, own_end;     /* the chunk's own rows */
@@ -106,8 +106,8 @@ typedef struct {
 /* The number of slots `chunk` sees: the backend's CPU threads. */
 int ss_frontend_pass_slots(const ss_backend *be);
 
-ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src,
-                           const ss_probe *probe, const ss_frontend_model *model, const ss_fe_pass *pass);
+ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
+                           const ss_frontend_model *model, const ss_fe_pass *pass);
 
 #ifdef __cplusplus
 }

@@ -33,7 +33,7 @@ typedef struct {
   match_slot *slots;
   int n_slots;
   ss_match_bank bank;
-  ss_spikes out;       /* the matched spikes */
+  ss_spikes out; /* the matched spikes */
   int32_t *labels;
   int64_t cap_out;
 } match_job;
@@ -138,7 +138,11 @@ static ss_status build_templates(ss_ctx *ctx, const ss_backend *be, ss_source *s
   const size_t WC = (size_t)j->W * j->C;
   SS_TRY(SS_CALLOC(ctx, j->sum, (size_t)j->K * WC + 1, "template sums"));
   SS_TRY(SS_CALLOC(ctx, j->count, (size_t)j->K + 1, "template counts"));
-  const ss_fe_pass pass = {.name = "templates", .reach = 3 * j->W, .chunk = cut_chunk, .collect = cut_collect, .user = j};
+  const ss_fe_pass pass = {.name = "templates",
+                           .reach = 3 * j->W,
+                           .chunk = cut_chunk,
+                           .collect = cut_collect,
+                           .user = j};
   SS_TRY(ss_frontend_pass(ctx, be, &s->o->params, src, s->probe, &s->fe, &pass));
   SS_TRY(SS_ALLOC(ctx, *tmpl, (size_t)j->K * WC + 1, "templates"));
   for (int u = 0; u < j->K; u++)
@@ -338,7 +342,10 @@ ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_so
                 "sort: match: %d unit templates of %d samples (%.2f s; %d can never be matched), matching on %d CPU "
                 "threads",
                 j.K, j.W, t1 - t0, j.bank.n_unusable, j.n_slots);
-    const ss_fe_pass pass = {.name = "match", .reach = 3 * j.W, .chunk = match_chunk, .collect = match_collect,
+    const ss_fe_pass pass = {.name = "match",
+                             .reach = 3 * j.W,
+                             .chunk = match_chunk,
+                             .collect = match_collect,
                              .user = &j};
     st = ss_frontend_pass(ctx, be, p, src, s->probe, &s->fe, &pass);
   }

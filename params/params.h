@@ -102,14 +102,14 @@ typedef struct {
     double join_residual;    /* a piece of such a split joins the unit whose template fits it within this */
   } templates;
   struct {
-    int64_t max_rounds;     /* rounds of template matching in `sort` (0: off) */
-    double before_ms;       /* template window before the spike time */
-    double after_ms;        /* ... and after it */
+    int64_t max_rounds;      /* rounds of template matching in `sort` (0: off) */
+    double before_ms;        /* template window before the spike time */
+    double after_ms;         /* ... and after it */
     int64_t template_spikes; /* a unit's template averages at most this many of its spikes */
-    double footprint_sigma; /* a template's footprint: channels where it reaches this many noise σ */
-    double min_gain;        /* least energy (noise variances) a matched spike removes */
+    double footprint_sigma;  /* a template's footprint: channels where it reaches this many noise σ */
+    double min_gain;         /* least energy (noise variances) a matched spike removes */
     double amp_min, amp_max; /* amplitude range of a fit */
-    double dead_ms;         /* no second spike of a unit this close to a matched one */
+    double dead_ms;          /* no second spike of a unit this close to a matched one */
   } match;
   struct {
     double refractory_ms;         /* ISI violation ratio: refractory period */

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Times per tile of the score loop. */
+#define SS_MATCH_TILE 512
+
 void ss_match_bank_free(ss_match_bank *b) {
   free(b->scale);
   free(b->tmpl);
@@ -239,14 +242,19 @@ static void unit_scores(const ss_match_bank *b, const float *xs, int64_t t0, int
     for (int64_t r = 0; r < len; r++) g[r] = xs[(r0 + r) * C + c];
   }
   const float *tc = b->tmpl_fp + (size_t)f0 * W;
-  float *out = bu + t0;
-  memset(out, 0, (size_t)n * sizeof(float));
-  for (int w = 0; w < W; w++)
-    for (int j = 0; j < nf; j++) {
-      const float k = tc[w * nf + j];
-      const float *g = gather + (size_t)j * len + w;
-      for (int64_t t = 0; t < n; t++) out[t] += k * g[t];
-    }
+  /* tiles of SS_MATCH_TILE times stay in L1 while every (w, j) adds its run */
+  for (int64_t t0t = 0; t0t < n; t0t += SS_MATCH_TILE) {
+    const int64_t m = n - t0t < SS_MATCH_TILE ? n - t0t : SS_MATCH_TILE;
+    float *restrict out = bu + t0 + t0t;
+    memset(out, 0, (size_t)m * sizeof(float));
+    for (int w = 0; w < W; w++)
+      for (int j = 0; j < nf; j++) {
+        const float k = tc[w * nf + j];
+        const float *restrict g = gather + (size_t)j * len + w + t0t;
+#pragma omp simd
+        for (int64_t t = 0; t < m; t++) out[t] += k * g[t];
+      }
+  }
 }
 
 /* The fit of score s for unit u: gain, and the amplitude in *a. */
@@ -383,8 +391,7 @@ static ss_status rounds(ss_ctx *ctx, const ss_match_bank *b, ss_match_chunk *ch,
       uint8_t *dead = w->dead + (size_t)u * rows;
       for (int64_t s = t - b->dead; s <= t + b->dead; s++)
         if (s >= t0 && s < t1) dead[s] = 1;
-      if (t >= ch->own_begin && t < ch->own_end)
-        SS_TRY(list_push(ctx, out, t, u, w->round.amp[i], w->round.gain[i]));
+      if (t >= ch->own_begin && t < ch->own_end) SS_TRY(list_push(ctx, out, t, u, w->round.amp[i], w->round.gain[i]));
     }
   }
   return SS_OK;

@@ -42,14 +42,14 @@ typedef struct {
   float *tmpl_uv;        /* [K × W × C] the same in µV (what is subtracted from the data) */
   int32_t *fp_start;     /* CSR over units: footprint channels, ascending */
   int32_t *fp;
-  float *tmpl_fp;        /* unit u's scaled template on its footprint, [W × |F_u|] at fp_start[u]·W */
-  float *norm;         /* [K] n_u */
-  int32_t *nb_start;   /* CSR over units: units whose footprints share a channel (u included) */
-  int32_t *nb;         /* ascending */
-  float *cross;        /* [K × K × (2W − 1)]: cross[(v·K + u)(2W − 1) + d + W − 1] = K_vu(d) */
-  int32_t *peak_chan;  /* [K] channel of the largest scaled template peak */
+  float *tmpl_fp;     /* unit u's scaled template on its footprint, [W × |F_u|] at fp_start[u]·W */
+  float *norm;        /* [K] n_u */
+  int32_t *nb_start;  /* CSR over units: units whose footprints share a channel (u included) */
+  int32_t *nb;        /* ascending */
+  float *cross;       /* [K × K × (2W − 1)]: cross[(v·K + u)(2W − 1) + d + W − 1] = K_vu(d) */
+  int32_t *peak_chan; /* [K] channel of the largest scaled template peak */
   double amp_min, amp_max, min_gain;
-  int dead;            /* samples: no second spike of a unit this close to an accepted one */
+  int dead; /* samples: no second spike of a unit this close to an accepted one */
   int max_rounds;
   int n_unusable; /* units with an empty footprint or n_u below min_gain: never matched */
 } ss_match_bank;
@@ -64,10 +64,10 @@ void ss_match_bank_free(ss_match_bank *b);
 /* The matched spikes of one chunk, in order of time (then unit). */
 typedef struct {
   int64_t n, cap;
-  int64_t *row;   /* chunk row of the spike time */
-  int32_t *unit;  /* 0 .. K−1 */
-  float *amp;     /* fitted amplitude scale a */
-  float *gain;    /* g at acceptance, noise-variance units */
+  int64_t *row;  /* chunk row of the spike time */
+  int32_t *unit; /* 0 .. K−1 */
+  float *amp;    /* fitted amplitude scale a */
+  float *gain;   /* g at acceptance, noise-variance units */
 } ss_match_list;
 
 void ss_match_list_clear(ss_match_list *l);
@@ -84,10 +84,10 @@ typedef struct {
 
 /* Scratch reused between calls (one per thread); zero-initialise, free with ss_match_work_free. */
 typedef struct {
-  float *xs;          /* scaled chunk */
-  float *b, *g;       /* [K × n_rows] scores and gains */
-  float *gather;      /* one unit's footprint channels of the chunk, [n_rows × |F_u|] */
-  uint8_t *dead;      /* [K × n_rows] 1 within match.dead_ms of an accepted spike of the unit */
+  float *xs;           /* scaled chunk */
+  float *b, *g;        /* [K × n_rows] scores and gains */
+  float *gather;       /* one unit's footprint channels of the chunk, [n_rows × |F_u|] */
+  uint8_t *dead;       /* [K × n_rows] 1 within match.dead_ms of an accepted spike of the unit */
   ss_match_list round; /* the spikes accepted in one round */
   size_t cap_rows, cap_gather;
   int cap_k;
