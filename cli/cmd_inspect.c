@@ -19,8 +19,9 @@ static const char usage[] =
     "  --check-nwb       also run the NWB 2.x structural check (paths, attributes, neurodata types,\n"
     "                    tables, references); exit 1 with one line per problem\n"
     "  --check-phy       INPUT is a phy folder (as `sort` writes): check that every file phy needs is\n"
-    "                    there with consistent dtypes and shapes; exit 1 with one line per problem\n" SS_CLI_SOURCE_HELP
-    "\noptions:\n" SS_CLI_COMMON_HELP;
+    "                    there with consistent dtypes and shapes, that params.py parses and that its\n"
+    "                    dat_path exists with offset + whole frames (as many as params.py notes);\n"
+    "                    exit 1 with one line per problem\n" SS_CLI_SOURCE_HELP "\noptions:\n" SS_CLI_COMMON_HELP;
 
 typedef struct {
   ss_source_spec spec;

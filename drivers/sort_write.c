@@ -232,7 +232,7 @@ static ss_status template_channels(ss_ctx *ctx, const ss_cluster_stats *c, int F
 
 typedef struct {
   float *amplitudes, *templates, *positions, *pc_features, *similar;
-  int32_t *channel_map, *pc_ind, *ids;
+  int32_t *channel_map, *shanks, *pc_ind, *ids;
   const char **groups;
   const double *metrics[5];
 } phy_buffers;
@@ -244,6 +244,7 @@ static void phy_buffers_free(phy_buffers *b) {
   free(b->pc_features);
   free(b->similar);
   free(b->channel_map);
+  free(b->shanks);
   free(b->pc_ind);
   free(b->ids);
   free(b->groups);
@@ -261,16 +262,18 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
       SS_ALLOC(ctx, b->pc_features, n1 * P * F, "phy pc_features") ||
       SS_ALLOC(ctx, b->similar, (size_t)K * K, "phy similar") ||
       SS_ALLOC(ctx, b->channel_map, (size_t)C, "phy channel map") ||
+      SS_ALLOC(ctx, b->shanks, (size_t)C, "phy shanks") ||
       SS_ALLOC(ctx, b->pc_ind, (size_t)K * F, "phy pc_feature_ind") ||
       SS_ALLOC(ctx, b->ids, (size_t)K, "phy cluster ids") || SS_ALLOC(ctx, b->groups, (size_t)K, "phy cluster groups"))
     return SS_ERR_NOMEM;
-  for (int64_t i = 0; i < N; i++) b->amplitudes[i] = fabsf(sp->amplitude[i]);
   for (int64_t k = 0; k < K; k++)
     for (int t = 0; t < W; t++)
       for (int ch = 0; ch < C; ch++) b->templates[((size_t)k * W + t) * C + ch] = c->wave[((size_t)k * C + ch) * W + t];
+  SS_TRY(ss_phy_amplitudes(ctx, b->templates, (int)K, W, C, s->labels, sp->amplitude, N, b->amplitudes));
   for (int ch = 0; ch < C; ch++) {
     int contact = ss_probe_contact_of_channel(s->probe, ch);
     b->channel_map[ch] = ch;
+    b->shanks[ch] = contact >= 0 ? s->probe->shank[contact] : 0;
     b->positions[2 * ch] = (float)(contact >= 0 ? s->probe->x[contact] : 0);
     b->positions[2 * ch + 1] = (float)(contact >= 0 ? s->probe->y[contact] : 0);
   }
@@ -299,6 +302,21 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
 static const char *const phy_metric_names[] = {"firing_rate", "snr", "isi_violations_ratio", "presence_ratio",
                                                "amplitude_cutoff"};
 
+/* params.py's raw data: the input itself when phy can map it, else a copy in the folder. */
+static ss_status phy_raw(ss_ctx *ctx, const ss_sort_state *s, const char *dir, ss_phy_folder *ph) {
+  ph->n_channels_dat = s->info->n_channels;
+  ph->n_samples_dat = s->info->n_samples;
+  if (ss_phy_raw_location(s->info, &s->o->spec, ph->dat_path, sizeof(ph->dat_path), &ph->offset, &ph->n_channels_dat))
+    return SS_OK;
+  ss_source *src = NULL;
+  SS_TRY(ss_source_open(ctx, &s->o->spec, &src));
+  ss_status st = ss_phy_write_recording(ctx, dir, src);
+  ss_source_close(src);
+  snprintf(ph->dat_path, sizeof(ph->dat_path), "%s", SS_PHY_RECORDING);
+  ph->offset = 0;
+  return st;
+}
+
 static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
   char dir[SS_SORT_PATH_MAX + 64];
   out_path(dir, sizeof(dir), s, "phy");
@@ -323,6 +341,7 @@ static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
                       .templates = b.templates,
                       .channel_map = b.channel_map,
                       .channel_positions = b.positions,
+                      .channel_shanks = b.shanks,
                       .pc_features = b.pc_features,
                       .pc_feature_ind = b.pc_ind,
                       .similar_templates = b.similar,
@@ -333,14 +352,10 @@ static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
                       .n_metrics = 5,
                       .metric_names = phy_metric_names,
                       .metric_values = b.metrics,
-                      .n_channels_dat = s->info->n_channels,
                       .dtype = "int16",
                       .sample_rate = s->spikes.rate_hz,
                       .hp_filtered = 0};
-  if (!ss_phy_raw_location(s->info, &s->o->spec, ph.dat_path, sizeof(ph.dat_path), &ph.offset)) {
-    ph.dat_path[0] = '\0';
-    ph.offset = 0;
-  }
+  if (st == SS_OK) st = phy_raw(ctx, s, dir, &ph);
   if (st == SS_OK) st = ss_phy_write(ctx, dir, &ph);
   phy_buffers_free(&b);
   if (st == SS_OK && s->o->check_phy) st = ss_phy_check(ctx, dir);
