@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "drivers/sort_internal.h"
 #include "stages/match/match.h"
+#include "stages/templates/templates.h"
 
 typedef struct {
   float *buf; /* template pass: cut windows [m × W × C]; match pass: clean waveforms [m × C × n_wave] */
@@ -313,22 +314,23 @@ static ss_status adopt(ss_ctx *ctx, match_job *j, ss_sort_state *s) {
   return SS_OK;
 }
 
-ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+/* One round: templates of the current labels' units, matching, the matched table adopted. */
+static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s, int *done) {
   const ss_params *p = &s->o->params;
-  if (!s->o->merge || p->match.max_rounds == 0) return SS_OK;
   const double t0 = ss_now();
   match_job j = {.s = s, .C = s->spikes.n_channels};
   j.n_before = (int)llround(p->match.before_ms * s->spikes.rate_hz / 1000.0);
   j.W = j.n_before + (int)llround(p->match.after_ms * s->spikes.rate_hz / 1000.0);
   j.n_slots = ss_frontend_pass_slots(be);
   float *tmpl = NULL;
-  const int64_t n_detected = s->spikes.n;
+  const int64_t n_before = s->spikes.n;
   ss_status st = SS_CALLOC(ctx, j.slots, (size_t)j.n_slots, "match slots");
   if (st == SS_OK) st = choose_units(ctx, &j);
   if (st == SS_OK && j.K == 0) {
     ss_log_warn(ctx, "match: no cluster holds %" PRId64 " spikes (templates.min_spikes): matching skipped",
                 p->templates.min_spikes);
     job_free(&j);
+    *done = 1;
     return SS_OK;
   }
   if (st == SS_OK) st = build_templates(ctx, be, src, &j, &tmpl);
@@ -351,8 +353,45 @@ ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_so
   }
   if (st == SS_OK) st = adopt(ctx, &j, s);
   if (st == SS_OK)
-    ss_log_info(ctx, "sort: match: %" PRId64 " spikes from %" PRId64 " detections, %d units, %.2f s", s->spikes.n,
-                n_detected, j.K, ss_now() - t1);
+    ss_log_info(ctx, "sort: match: %" PRId64 " spikes from %" PRId64 " before, %d units, %.2f s", s->spikes.n, n_before,
+                j.K, ss_now() - t1);
   job_free(&j);
   return st;
+}
+
+/* The template pass again, on the matched spikes: their features come from clean waveforms (no
+ * collisions), so a unit that holds two units fails its own template there and is split. Reports
+ * whether the units changed. */
+static ss_status refine(ss_ctx *ctx, ss_sort_state *s, int *changed) {
+  const ss_templates_input in = {.n = s->spikes.n,
+                                 .n_channels = s->spikes.n_channels,
+                                 .n_pcs = s->spikes.n_pcs,
+                                 .features = s->spikes.features,
+                                 .masks = s->spikes.masks,
+                                 .peak_channel = s->spikes.peak_channel,
+                                 .k = s->k,
+                                 .n_threads = s->sum->n_threads};
+  ss_templates_result r;
+  SS_TRY(ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r));
+  ss_log_info(ctx,
+              "sort: match: template pass on the matched spikes: %" PRId64 " units bisected (%" PRId64
+              " parts joined a unit), %" PRId64 " -> %" PRId64 " clusters, %" PRId64 " spikes moved",
+              r.n_split, r.n_joined, r.k_in, r.k_out, r.n_moved);
+  *changed = r.n_split > r.n_joined || r.k_out != r.k_in;
+  s->k = r.k_out;
+  return SS_OK;
+}
+
+ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  const ss_params *p = &s->o->params;
+  if (!s->o->merge || p->match.max_rounds == 0) return SS_OK;
+  int done = 0;
+  SS_TRY(match_once(ctx, be, src, s, &done));
+  for (int64_t r = 0; !done && r < p->match.refine; r++) {
+    int changed = 0;
+    SS_TRY(refine(ctx, s, &changed));
+    if (!changed) break;
+    SS_TRY(match_once(ctx, be, src, s, &done));
+  }
+  return SS_OK;
 }

@@ -110,6 +110,7 @@ typedef struct {
     double min_gain;         /* least energy (noise variances) a matched spike removes */
     double amp_min, amp_max; /* amplitude range of a fit */
     double dead_ms;          /* no second spike of a unit this close to a matched one */
+    int64_t refine;          /* template pass + matching again on the matched spikes, at most this often */
   } match;
   struct {
     double refractory_ms;         /* ISI violation ratio: refractory period */

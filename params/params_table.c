@@ -174,6 +174,10 @@ const ss_param_spec ss_param_table[] = {
     NUM("match.amp_max", match.amp_max, 1.6, 0, INF, 1, 0, "Largest amplitude scale of a template fit."),
     NUM("match.dead_ms", match.dead_ms, 1.0, 0, 100, 0, 0,
         "No second spike of a unit is matched this close to one of its matched spikes."),
+    INT("match.refine", match.refine, 1, 0, 10,
+        "After matching, the template pass (templates.*) runs again on the matched spikes, whose features come "
+        "from clean waveforms: when it splits or removes units, the templates are re-estimated and matching runs "
+        "again, at most this many times (0: never)."),
 
     NUM("quality.refractory_ms", quality.refractory_ms, 1.5, 0, 1000, 1, 0,
         "Refractory period of the ISI violation ratio (Hill et al. 2011): intervals shorter than this violate it "
