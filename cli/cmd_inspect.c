@@ -17,7 +17,9 @@ static const char usage[] =
     "and print its format, sampling rate, channels, duration, sample count, scale and whether it\n"
     "carries channel positions.\n\n"
     "  --check-nwb       also run the NWB 2.x structural check (paths, attributes, neurodata types,\n"
-    "                    tables, references); exit 1 with one line per problem\n"
+    "                    tables, references, unsigned index types, cached schema); exit 1 with one\n"
+    "                    line per problem. A units-only NWB file (a sort's units.nwb for a non-NWB\n"
+    "                    input) is checked without opening a recording\n"
     "  --check-phy       INPUT is a phy folder (as `sort` writes): check that every file phy needs is\n"
     "                    there with consistent dtypes and shapes, that params.py parses and that its\n"
     "                    dat_path exists with offset + whole frames (as many as params.py notes);\n"
@@ -83,6 +85,13 @@ int ss_cmd_inspect(int argc, char **argv, ss_ctx *ctx) {
     ss_status pst = ss_phy_check(ctx, a.spec.path);
     if (pst == SS_OK) printf("phy check:    ok (%s)\n", a.spec.path);
     return ss_cli_finish("inspect", ctx, pst);
+  }
+  if (a.check_nwb && ss_nwb_units_only(a.spec.path)) { /* e.g. a sort's units.nwb: nothing to open */
+    printf("file:         %s\n", a.spec.path);
+    printf("format:       nwb (units table only, no recording)\n");
+    ss_status nst = ss_nwb_check(ctx, a.spec.path);
+    if (nst == SS_OK) printf("nwb check:    ok\n");
+    return ss_cli_finish("inspect", ctx, nst);
   }
   ss_source *src = NULL;
   ss_status st = ss_source_open(ctx, &a.spec, &src);

@@ -1,5 +1,6 @@
 /* cmd_sort.c — `spikestream sort INPUT -o DIR`: the whole offline pipeline (drivers/sort.h): front end,
- * masked EM, automatic merge, and every output (results.h5, phy folder, KlustaKwik files, model.h5). */
+ * masked EM, automatic merge, and every output (results.h5, phy folder, KlustaKwik files, model.h5,
+ * units.nwb, sort.log). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,10 @@ static const char usage[] =
     "                              parameters, version, input checksum (docs/formats.md)\n"
     "  phy/                        a phy folder (phy template-gui DIR/phy/params.py)\n"
     "  BASE.fet.1 .fmask.1 .clu.1  KlustaKwik files (BASE: the input's name; .clu: final labels, 1 = noise)\n"
-    "  model.h5                    filter, thresholds, PCA, clusters and a labelled set for new spikes\n\n"
+    "  model.h5                    filter, thresholds, PCA, clusters and a labelled set for new spikes\n"
+    "  units.nwb                   the units as an NWB units table (spike times, electrodes, mean\n"
+    "                              waveforms, quality metrics, labels); an NWB input's series linked\n"
+    "  sort.log                    the run's log lines\n\n"
     "  -o, --output DIR       output directory (created if missing)\n"
     "      --probe P          probe JSON (default: the file's electrode positions, else\n"
     "                         params/probes/two_column_32.json for 32 channels, else an error)\n"

@@ -552,11 +552,9 @@ ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
   static const struct {
     const char *name;
     ss_status (*write)(ss_ctx *, const ss_sort_state *);
-  } outputs[] = {{"results.h5", write_results},
-                 {"phy folder", write_phy},
-                 {"KlustaKwik files", write_klustakwik},
-                 {"model.h5", write_model},
-                 {"sort.log", write_log}};
+  } outputs[] = {{"results.h5", write_results},          {"phy folder", write_phy},
+                 {"KlustaKwik files", write_klustakwik}, {"model.h5", write_model},
+                 {"units.nwb", ss_sort_write_nwb},       {"sort.log", write_log}};
   ss_outset os;
   SS_TRY(ss_outset_begin(ctx, &os, s->o->out_dir, s->o->test_kill_at));
   ss_sort_state w = *s;

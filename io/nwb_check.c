@@ -222,6 +222,24 @@ static void check_electrode_group(checker *c, hid_t g, const char *path) {
   if (strcmp(type, "Device") != 0) problem(c, path, "device: does not lead to a Device");
 }
 
+/* The schema types VectorIndex as uint8 (any unsigned integer will do); pynwb's validator refuses
+ * signed ones. */
+static void check_index_type(checker *c, hid_t d, const char *path) {
+  if (H5Iget_type(d) != H5I_DATASET) {
+    problem(c, path, "VectorIndex: expected a dataset");
+    return;
+  }
+  hid_t t = H5Dget_type(d);
+  char tn[32], msg[CHECK_STR_MAX];
+  ss_h5_type_name(t, tn, sizeof(tn));
+  int ok = H5Tget_class(t) == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
+  H5Tclose(t);
+  if (!ok) {
+    snprintf(msg, sizeof(msg), "VectorIndex: expected an unsigned integer type, got %s", tn);
+    problem(c, path, msg);
+  }
+}
+
 static void check_typed(checker *c, hid_t obj, const char *path, const char *type) {
   char ns[CHECK_STR_MAX], id[CHECK_STR_MAX];
   if (!ss_h5_read_attr_str(obj, "namespace", ns, sizeof(ns))) problem(c, path, "missing string attribute namespace");
@@ -237,6 +255,7 @@ static void check_typed(checker *c, hid_t obj, const char *path, const char *typ
     hid_t t = deref_attr(obj, "target");
     if (t < 0) problem(c, path, "attribute target: missing or not an object reference");
     else H5Oclose(t);
+    check_index_type(c, obj, path);
   }
   if (strcmp(type, "VectorData") == 0 || strcmp(type, "VectorIndex") == 0) want_attr(c, obj, path, "description", NULL);
 }
@@ -254,6 +273,52 @@ static herr_t visit(hid_t root, const char *name, const H5O_info_t *info, void *
   return 0;
 }
 
+/* The cached namespaces pynwb and hdmf read the file with: /specifications/<ns>/<version>/namespace
+ * for core and hdmf-common, found through the root's `.specloc` reference. */
+static void check_specs(checker *c, hid_t root) {
+  if (!ss_h5_is_group(c->fid, "specifications")) {
+    problem(c, "/specifications", "missing: no cached namespace (the schema the file was written with)");
+    return;
+  }
+  hid_t loc = deref_attr(root, ".specloc");
+  if (loc < 0) problem(c, "/", "attribute .specloc: missing or not an object reference");
+  else H5Oclose(loc);
+  static const char *need[] = {"core", "hdmf-common"};
+  for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+    char path[CHECK_PATH_MAX];
+    snprintf(path, sizeof(path), "/specifications/%s", need[i]);
+    hid_t g = ss_h5_is_group(c->fid, path) ? H5Gopen2(c->fid, path, H5P_DEFAULT) : -1;
+    H5G_info_t gi;
+    int ok = g >= 0 && H5Gget_info(g, &gi) >= 0 && gi.nlinks > 0;
+    if (ok) { /* the first version's namespace document */
+      char ver[CHECK_STR_MAX], doc[CHECK_PATH_MAX + CHECK_STR_MAX];
+      ssize_t n = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, 0, ver, sizeof(ver), H5P_DEFAULT);
+      snprintf(doc, sizeof(doc), "%s/namespace", n > 0 && (size_t)n < sizeof(ver) ? ver : "");
+      ok = n > 0 && ss_h5_is_dataset(g, doc);
+    }
+    if (g >= 0) H5Gclose(g);
+    if (!ok) problem(c, path, "missing a cached namespace (<version>/namespace)");
+  }
+}
+
+/* External links under /acquisition (a series kept in another file) are not visited by H5Ovisit:
+ * each must resolve, and a linked ElectricalSeries is checked like a local one. */
+static herr_t visit_link(hid_t g, const char *name, const H5L_info_t *info, void *arg) {
+  checker *c = arg;
+  if (info->type != H5L_TYPE_EXTERNAL) return 0;
+  char path[CHECK_PATH_MAX], type[CHECK_STR_MAX];
+  snprintf(path, sizeof(path), "/acquisition/%s", name);
+  hid_t o = H5Oopen(g, name, H5P_DEFAULT);
+  if (o < 0) {
+    problem(c, path, "external link does not resolve (the linked file or object is missing)");
+    return 0;
+  }
+  type_of(o, type, sizeof(type));
+  if (strcmp(type, "ElectricalSeries") == 0) check_series(c, o, path);
+  H5Oclose(o);
+  return 0;
+}
+
 static void check_root(checker *c) {
   hid_t root = H5Gopen2(c->fid, "/", H5P_DEFAULT);
   char v[CHECK_STR_MAX];
@@ -263,6 +328,7 @@ static void check_root(checker *c) {
     problem(c, "/", "nwb_version: missing or not 2.x");
   if (!ss_h5_read_attr_str(root, "object_id", v, sizeof(v)) || !uuid_shaped(v))
     problem(c, "/", "object_id: missing or not a UUID");
+  check_specs(c, root);
   H5Gclose(root);
   static const char *datasets[] = {"identifier", "session_description", "session_start_time",
                                    "timestamps_reference_time", "file_create_date"};
@@ -282,9 +348,26 @@ ss_status ss_nwb_check(ss_ctx *ctx, const char *path) {
   if (c.fid < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot open", path);
   check_root(&c);
   H5Ovisit(c.fid, H5_INDEX_NAME, H5_ITER_INC, visit, &c);
-  if (c.n_series == 0) problem(&c, "/acquisition", "no ElectricalSeries");
+  if (ss_h5_is_group(c.fid, "acquisition"))
+    H5Literate_by_name(c.fid, "acquisition", H5_INDEX_NAME, H5_ITER_INC, NULL, visit_link, &c, H5P_DEFAULT);
+  if (c.n_series == 0 && !ss_h5_is_group(c.fid, "units"))
+    problem(&c, "/acquisition", "no ElectricalSeries (and no units table)");
   else if (!ss_h5_is_group(c.fid, "general/extracellular_ephys/electrodes"))
     problem(&c, "/general/extracellular_ephys/electrodes", "missing electrodes table");
   H5Fclose(c.fid);
   return ctx->status;
+}
+
+int ss_nwb_units_only(const char *path) {
+  ss_h5_quiet();
+  if (H5Fis_hdf5(path) <= 0) return 0;
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return 0;
+  H5G_info_t gi;
+  hid_t g = ss_h5_is_group(f, "acquisition") ? H5Gopen2(f, "acquisition", H5P_DEFAULT) : -1;
+  int empty = g >= 0 && H5Gget_info(g, &gi) >= 0 && gi.nlinks == 0;
+  if (g >= 0) H5Gclose(g);
+  int yes = empty && ss_h5_is_group(f, "units");
+  H5Fclose(f);
+  return yes;
 }

@@ -9,7 +9,10 @@
  * column); DynamicTableRegions reference a table (`table` object reference) and index rows inside
  * it; ElectrodeGroups link a Device; each ElectricalSeries has a 2-D data with unit/conversion/
  * resolution, either starting_time (rate, unit "seconds") or one timestamp per sample, and an
- * electrodes region with one row per data column; at least one ElectricalSeries under /acquisition.
+ * electrodes region with one row per data column; at least one ElectricalSeries under /acquisition
+ * (external links there must resolve) unless the file holds a units table; VectorIndex datasets are
+ * unsigned integers; the cached namespaces (/specifications with core and hdmf-common, root
+ * attribute .specloc) are present, as pynwb's validator needs them.
  * Every problem is reported (one line each, naming file and object) before failing with SS_ERR_INPUT. */
 #ifndef SS_NWB_CHECK_H
 #define SS_NWB_CHECK_H
@@ -21,6 +24,9 @@ extern "C" {
 #endif
 
 ss_status ss_nwb_check(ss_ctx *ctx, const char *path);
+/* 1 when path is an NWB file holding a units table and nothing under /acquisition (as `sort` writes
+ * units.nwb for a non-NWB input), else 0. */
+int ss_nwb_units_only(const char *path);
 
 #ifdef __cplusplus
 }

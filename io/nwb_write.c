@@ -15,35 +15,21 @@
 
 #include "io/atomic_file.h"
 #include "io/h5_util.h"
+#include "io/nwb_spec.h"
+#include "io/nwb_write_internal.h"
 #include "core/rng.h"
 
-#define NWB_VERSION "2.5.0"
 #define NWB_CHUNK_ROWS 30000                  /* one second at 30 kHz */
 #define NWB_CHUNK_MAX_BYTES (4 * 1024 * 1024) /* cap for many-channel recordings */
-#define NWB_MAX_TYPED 64                      /* typed objects in one file (we write about 25) */
 #define NWB_DEVICE "/general/devices/probe"
 #define NWB_GROUP "/general/extracellular_ephys/shank0"
-#define NWB_ELECTRODES "/general/extracellular_ephys/electrodes"
-#define NWB_PATH_MAX 512
-
-struct ss_nwb_writer {
-  hid_t file, data, timestamps;
-  ss_atomic_file af;
-  const char *final_path, *tmp_path; /* into af */
-  char series[NWB_PATH_MAX];         /* /acquisition/<name> */
-  char identifier[256];
-  ss_nwb_meta meta;
-  int16_t *buf; /* one chunk of rows */
-  int64_t chunk_rows, n_buffered, n_written;
-  uint64_t hash;
-  int n_typed;
-  char typed[NWB_MAX_TYPED][NWB_PATH_MAX];
-};
+#define NWB_ELECTRODES SS_NWB_ELECTRODES
+#define NWB_PATH_MAX SS_NWB_PATH_MAX
 
 /* ---- typed objects ---- */
-static ss_status typed(ss_ctx *ctx, ss_nwb_writer *w, hid_t obj, const char *path, const char *type, const char *ns,
-                       const char *description) {
-  if (w->n_typed >= NWB_MAX_TYPED) return ss_fail(ctx, SS_ERR_INTERNAL, "%s: too many typed objects", w->final_path);
+ss_status ss_nwbw_typed(ss_ctx *ctx, ss_nwb_writer *w, hid_t obj, const char *path, const char *type, const char *ns,
+                        const char *description) {
+  if (w->n_typed >= SS_NWB_MAX_TYPED) return ss_fail(ctx, SS_ERR_INTERNAL, "%s: too many typed objects", w->final_path);
   snprintf(w->typed[w->n_typed++], NWB_PATH_MAX, "%s", path);
   SS_TRY(ss_h5_attr_str(ctx, obj, "neurodata_type", type, path));
   SS_TRY(ss_h5_attr_str(ctx, obj, "namespace", ns, path));
@@ -66,22 +52,21 @@ static ss_status plain_group(ss_ctx *ctx, ss_nwb_writer *w, const char *path) {
   return SS_OK;
 }
 
-static ss_status typed_group(ss_ctx *ctx, ss_nwb_writer *w, const char *path, const char *type, const char *ns,
-                             const char *description, hid_t *out) {
+ss_status ss_nwbw_group(ss_ctx *ctx, ss_nwb_writer *w, const char *path, const char *type, const char *ns,
+                        const char *description, hid_t *out) {
   hid_t g = make_group(w->file, path);
   if (g < 0) return ss_fail(ctx, SS_ERR_IO, "%s: cannot create group %s", w->final_path, path);
-  ss_status st = typed(ctx, w, g, path, type, ns, description);
+  ss_status st = ss_nwbw_typed(ctx, w, g, path, type, ns, description);
   if (out && st == SS_OK) *out = g;
   else H5Gclose(g);
   return st;
 }
 
-/* A 1-D dataset of n elements of `type` written from buf, optionally typed. */
-static ss_status vector(ss_ctx *ctx, ss_nwb_writer *w, const char *path, hid_t type, const void *buf, int64_t n,
-                        const char *ntype, const char *description, hid_t *out) {
-  hsize_t dim = (hsize_t)n;
-  hid_t s = H5Screate_simple(1, &dim, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+ss_status ss_nwbw_array(ss_ctx *ctx, ss_nwb_writer *w, const char *path, hid_t type, const void *buf, int rank,
+                        const hsize_t *dims, const char *ntype, const char *description, hid_t *out) {
+  hid_t s = H5Screate_simple(rank, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
   H5Pset_obj_track_times(dcpl, 0);
+  hssize_t n = H5Sget_simple_extent_npoints(s);
   hid_t d = H5Dcreate2(w->file, path, type, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
   herr_t e = d < 0 ? -1 : (n > 0 ? H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) : 0);
   H5Pclose(dcpl);
@@ -92,34 +77,56 @@ static ss_status vector(ss_ctx *ctx, ss_nwb_writer *w, const char *path, hid_t t
                              strcmp(ntype, "DynamicTableRegion") == 0
                          ? "hdmf-common"
                          : "core";
-    st = typed(ctx, w, d, path, ntype, ns, strcmp(ntype, "ElementIdentifiers") == 0 ? NULL : description);
+    st = ss_nwbw_typed(ctx, w, d, path, ntype, ns, strcmp(ntype, "ElementIdentifiers") == 0 ? NULL : description);
   }
   if (d >= 0 && (st != SS_OK || !out)) H5Dclose(d);
   if (st == SS_OK && out) *out = d;
   return st;
 }
 
-static ss_status ids(ss_ctx *ctx, ss_nwb_writer *w, const char *table, int64_t n) {
+ss_status ss_nwbw_vector(ss_ctx *ctx, ss_nwb_writer *w, const char *path, hid_t type, const void *buf, int64_t n,
+                         const char *ntype, const char *description, hid_t *out) {
+  hsize_t dim = (hsize_t)n;
+  return ss_nwbw_array(ctx, w, path, type, buf, 1, &dim, ntype, description, out);
+}
+
+ss_status ss_nwbw_index(ss_ctx *ctx, ss_nwb_writer *w, const char *path, const char *target, const uint64_t *ends,
+                        int64_t n, const char *description) {
+  hid_t d = -1;
+  SS_TRY(ss_nwbw_vector(ctx, w, path, H5T_STD_U64LE, ends, n, "VectorIndex", description, &d));
+  ss_status st = ss_h5_attr_ref(ctx, d, "target", w->file, target, path);
+  H5Dclose(d);
+  return st;
+}
+
+ss_status ss_nwbw_ids(ss_ctx *ctx, ss_nwb_writer *w, const char *table, int64_t n) {
   int64_t *v = NULL;
   SS_TRY(SS_ALLOC(ctx, v, n > 0 ? (size_t)n : 1, "element ids"));
   for (int64_t i = 0; i < n; i++) v[i] = i;
   char path[NWB_PATH_MAX];
   snprintf(path, sizeof(path), "%s/id", table);
-  ss_status st = vector(ctx, w, path, H5T_NATIVE_INT64, v, n, "ElementIdentifiers", NULL, NULL);
+  ss_status st = ss_nwbw_vector(ctx, w, path, H5T_NATIVE_INT64, v, n, "ElementIdentifiers", NULL, NULL);
   free(v);
   return st;
 }
 
-static ss_status strings(ss_ctx *ctx, ss_nwb_writer *w, const char *path, const char *value, int n,
-                         const char *description) {
-  const char **v = NULL;
-  SS_TRY(SS_ALLOC(ctx, v, (size_t)n, "string column"));
-  for (int i = 0; i < n; i++) v[i] = value;
+ss_status ss_nwbw_strings(ss_ctx *ctx, ss_nwb_writer *w, const char *path, const char *const *values, int64_t n,
+                          const char *description) {
   hid_t t = H5Tcopy(H5T_C_S1);
   H5Tset_size(t, H5T_VARIABLE);
   H5Tset_cset(t, H5T_CSET_UTF8);
-  ss_status st = vector(ctx, w, path, t, v, n, "VectorData", description, NULL);
+  ss_status st = ss_nwbw_vector(ctx, w, path, t, values, n, "VectorData", description, NULL);
   H5Tclose(t);
+  return st;
+}
+
+/* A string column holding one value n times. */
+static ss_status same_strings(ss_ctx *ctx, ss_nwb_writer *w, const char *path, const char *value, int n,
+                              const char *description) {
+  const char **v = NULL;
+  SS_TRY(SS_ALLOC(ctx, v, (size_t)(n > 0 ? n : 1), "string column"));
+  for (int i = 0; i < n; i++) v[i] = value;
+  ss_status st = ss_nwbw_strings(ctx, w, path, v, n, description);
   free(v);
   return st;
 }
@@ -133,8 +140,8 @@ static void iso_now(char *buf, size_t len) {
 
 static ss_status write_root(ss_ctx *ctx, ss_nwb_writer *w) {
   hid_t root = H5Gopen2(w->file, "/", H5P_DEFAULT);
-  ss_status st = typed(ctx, w, root, "/", "NWBFile", "core", NULL);
-  if (st == SS_OK) st = ss_h5_attr_str(ctx, root, "nwb_version", NWB_VERSION, "/");
+  ss_status st = ss_nwbw_typed(ctx, w, root, "/", "NWBFile", "core", NULL);
+  if (st == SS_OK) st = ss_h5_attr_str(ctx, root, "nwb_version", SS_NWB_VERSION, "/");
   H5Gclose(root);
   SS_TRY(st);
   char now[64];
@@ -147,7 +154,7 @@ static ss_status write_root(ss_ctx *ctx, ss_nwb_writer *w) {
   H5Tset_size(t, H5T_VARIABLE);
   H5Tset_cset(t, H5T_CSET_UTF8);
   const char *dates[1] = {now};
-  st = vector(ctx, w, "/file_create_date", t, dates, 1, NULL, NULL, NULL);
+  st = ss_nwbw_vector(ctx, w, "/file_create_date", t, dates, 1, NULL, NULL, NULL);
   H5Tclose(t);
   SS_TRY(st);
   static const char *groups[] = {"/acquisition",
@@ -160,13 +167,13 @@ static ss_status write_root(ss_ctx *ctx, ss_nwb_writer *w) {
                                  "/general/devices",
                                  "/general/extracellular_ephys"};
   for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) SS_TRY(plain_group(ctx, w, groups[i]));
-  return SS_OK;
+  return ss_nwb_spec_write(ctx, w->file, w->final_path);
 }
 
 static ss_status write_device_and_group(ss_ctx *ctx, ss_nwb_writer *w) {
   hid_t g;
-  SS_TRY(typed_group(ctx, w, NWB_DEVICE, "Device", "core", "recording probe", NULL));
-  SS_TRY(typed_group(ctx, w, NWB_GROUP, "ElectrodeGroup", "core", "all channels", &g));
+  SS_TRY(ss_nwbw_group(ctx, w, NWB_DEVICE, "Device", "core", "recording probe", NULL));
+  SS_TRY(ss_nwbw_group(ctx, w, NWB_GROUP, "ElectrodeGroup", "core", "all channels", &g));
   ss_status st = ss_h5_attr_str(ctx, g, "location", "unknown", NWB_GROUP);
   if (st == SS_OK && H5Lcreate_soft(NWB_DEVICE, g, "device", H5P_DEFAULT, H5P_DEFAULT) < 0)
     st = ss_fail(ctx, SS_ERR_IO, "%s: cannot link %s/device", w->final_path, NWB_GROUP);
@@ -183,7 +190,7 @@ static ss_status write_position_columns(ss_ctx *ctx, ss_nwb_writer *w, double *t
     for (int c = 0; c < n; c++) tmp[c] = src[k] ? src[k][c] : 0.0;
     char path[NWB_PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", NWB_ELECTRODES, names[k]);
-    SS_TRY(vector(ctx, w, path, H5T_NATIVE_DOUBLE, tmp, n, "VectorData", "contact position (um)", NULL));
+    SS_TRY(ss_nwbw_vector(ctx, w, path, H5T_NATIVE_DOUBLE, tmp, n, "VectorData", "contact position (um)", NULL));
   }
   return SS_OK;
 }
@@ -191,27 +198,28 @@ static ss_status write_position_columns(ss_ctx *ctx, ss_nwb_writer *w, double *t
 static ss_status write_electrodes(ss_ctx *ctx, ss_nwb_writer *w) {
   int n = w->meta.n_channels;
   hid_t t;
-  SS_TRY(typed_group(ctx, w, NWB_ELECTRODES, "DynamicTable", "hdmf-common", "metadata about extracellular electrodes",
-                     &t));
+  SS_TRY(ss_nwbw_group(ctx, w, NWB_ELECTRODES, "DynamicTable", "hdmf-common", "metadata about extracellular electrodes",
+                       &t));
   static const char *cols[] = {"x", "y", "z", "rel_x", "rel_y", "location", "group", "group_name"};
   ss_status st = ss_h5_attr_strs(ctx, t, "colnames", cols, 8, NWB_ELECTRODES);
   H5Gclose(t);
   SS_TRY(st);
-  SS_TRY(ids(ctx, w, NWB_ELECTRODES, n));
+  SS_TRY(ss_nwbw_ids(ctx, w, NWB_ELECTRODES, n));
   double *tmp = NULL;
   hobj_ref_t *refs = NULL;
   SS_TRY(SS_ALLOC(ctx, tmp, (size_t)n, "electrode column"));
   st = write_position_columns(ctx, w, tmp);
   free(tmp);
   SS_TRY(st);
-  SS_TRY(strings(ctx, w, NWB_ELECTRODES "/location", "unknown", n, "brain area"));
-  SS_TRY(strings(ctx, w, NWB_ELECTRODES "/group_name", "shank0", n, "electrode group name"));
+  SS_TRY(same_strings(ctx, w, NWB_ELECTRODES "/location", "unknown", n, "brain area"));
+  SS_TRY(same_strings(ctx, w, NWB_ELECTRODES "/group_name", "shank0", n, "electrode group name"));
   SS_TRY(SS_ALLOC(ctx, refs, (size_t)n, "electrode groups"));
   for (int c = 0; c < n && st == SS_OK; c++)
     if (H5Rcreate(&refs[c], w->file, NWB_GROUP, H5R_OBJECT, -1) < 0)
       st = ss_fail(ctx, SS_ERR_IO, "%s: cannot reference %s", w->final_path, NWB_GROUP);
   if (st == SS_OK)
-    st = vector(ctx, w, NWB_ELECTRODES "/group", H5T_STD_REF_OBJ, refs, n, "VectorData", "electrode group", NULL);
+    st = ss_nwbw_vector(ctx, w, NWB_ELECTRODES "/group", H5T_STD_REF_OBJ, refs, n, "VectorData", "electrode group",
+                        NULL);
   free(refs);
   return st;
 }
@@ -231,7 +239,7 @@ static hid_t extendable(ss_nwb_writer *w, const char *path, hid_t type, int rank
 static ss_status write_series(ss_ctx *ctx, ss_nwb_writer *w) {
   const ss_nwb_meta *m = &w->meta;
   hid_t g;
-  SS_TRY(typed_group(ctx, w, w->series, "ElectricalSeries", "core", "extracellular recording", &g));
+  SS_TRY(ss_nwbw_group(ctx, w, w->series, "ElectricalSeries", "core", "extracellular recording", &g));
   ss_status st = ss_h5_attr_str(ctx, g, "comments", "no comments", w->series);
   H5Gclose(g);
   SS_TRY(st);
@@ -268,11 +276,29 @@ static ss_status write_series(ss_ctx *ctx, ss_nwb_writer *w) {
   for (int c = 0; c < m->n_channels; c++) rows[c] = c;
   snprintf(path, sizeof(path), "%s/electrodes", w->series);
   hid_t d = -1;
-  st = vector(ctx, w, path, H5T_NATIVE_INT64, rows, m->n_channels, "DynamicTableRegion", "the recorded electrodes", &d);
+  st = ss_nwbw_vector(ctx, w, path, H5T_NATIVE_INT64, rows, m->n_channels, "DynamicTableRegion",
+                      "the recorded electrodes", &d);
   free(rows);
   if (st == SS_OK) st = ss_h5_attr_ref(ctx, d, "table", w->file, NWB_ELECTRODES, path);
   if (d >= 0) H5Dclose(d);
   return st;
+}
+
+/* An external link stands for a series kept in another file (HDF5 resolves it when the file is
+ * read; the target need not exist while writing). */
+static ss_status write_link(ss_ctx *ctx, ss_nwb_writer *w) {
+  if (H5Lcreate_external(w->meta.link_file, w->meta.link_path, w->file, w->series, H5P_DEFAULT, H5P_DEFAULT) < 0)
+    return ss_fail(ctx, SS_ERR_IO, "%s: cannot link %s to %s:%s", w->final_path, w->series, w->meta.link_file,
+                   w->meta.link_path);
+  return SS_OK;
+}
+
+static ss_status write_acquisition(ss_ctx *ctx, ss_nwb_writer *w) {
+  switch (w->meta.acquisition) {
+    case SS_NWB_ACQ_SERIES: return write_series(ctx, w);
+    case SS_NWB_ACQ_LINK: return write_link(ctx, w);
+    default: return SS_OK;
+  }
 }
 
 static ss_status check_meta(ss_ctx *ctx, const char *path, const ss_nwb_meta *m) {
@@ -280,8 +306,10 @@ static ss_status check_meta(ss_ctx *ctx, const char *path, const ss_nwb_meta *m)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: n_channels: expected > 0, got %d", path, m->n_channels);
   if (!(m->rate_hz > 0) || m->rate_hz > 1e12)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: rate_hz: expected > 0, got %g", path, m->rate_hz);
-  if (!(m->conversion > 0) || m->conversion > 1e300)
+  if (m->acquisition == SS_NWB_ACQ_SERIES && (!(m->conversion > 0) || m->conversion > 1e300))
     return ss_fail(ctx, SS_ERR_INPUT, "%s: conversion: expected > 0, got %g", path, m->conversion);
+  if (m->acquisition == SS_NWB_ACQ_LINK && (!m->link_file || !*m->link_file || !m->link_path || !*m->link_path))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: acquisition link: expected a file and a path", path);
   const char *name = m->series_name ? m->series_name : "";
   if (strchr(name, '/') || strlen(name) > 200)
     return ss_fail(ctx, SS_ERR_INPUT, "%s: series_name: expected a name without '/', got \"%s\"", path, name);
@@ -309,7 +337,8 @@ ss_status ss_nwb_writer_open(ss_ctx *ctx, const char *path, const ss_nwb_meta *m
   int64_t cap = NWB_CHUNK_MAX_BYTES / (2 * (int64_t)meta->n_channels);
   w->chunk_rows = cap < 1 ? 1 : cap < NWB_CHUNK_ROWS ? cap : NWB_CHUNK_ROWS;
   w->hash = ss_rng_mix64((uint64_t)meta->n_channels ^ ss_rng_mix64((uint64_t)(meta->rate_hz * 1000.0)));
-  st = SS_ALLOC(ctx, w->buf, (size_t)(w->chunk_rows * meta->n_channels), "NWB write buffer");
+  if (meta->acquisition == SS_NWB_ACQ_SERIES) /* the only mode with samples to buffer */
+    st = SS_ALLOC(ctx, w->buf, (size_t)(w->chunk_rows * meta->n_channels), "NWB write buffer");
   if (st == SS_OK) {
     w->file = H5Fcreate(w->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (w->file < 0) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot create the file", w->tmp_path);
@@ -317,10 +346,11 @@ ss_status ss_nwb_writer_open(ss_ctx *ctx, const char *path, const ss_nwb_meta *m
   if (st == SS_OK) st = write_root(ctx, w);
   if (st == SS_OK) st = write_device_and_group(ctx, w);
   if (st == SS_OK) st = write_electrodes(ctx, w);
-  if (st == SS_OK) st = write_series(ctx, w);
+  if (st == SS_OK) st = write_acquisition(ctx, w);
   /* the caller's pointers are used during open only */
   w->meta.channel_x = w->meta.channel_y = NULL;
   w->meta.session_description = w->meta.identifier = w->meta.series_name = NULL;
+  w->meta.link_file = w->meta.link_path = NULL;
   if (st != SS_OK) {
     ss_nwb_writer_abort(w);
     return st;
@@ -368,6 +398,8 @@ static uint64_t hash_samples(uint64_t h, const int16_t *x, size_t n) {
 
 ss_status ss_nwb_writer_append(ss_ctx *ctx, ss_nwb_writer *w, const int16_t *samples, int64_t n) {
   int C = w->meta.n_channels;
+  if (w->data < 0 && n > 0)
+    return ss_fail(ctx, SS_ERR_INTERNAL, "%s: samples appended without a series", w->final_path);
   if (n < 0) return ss_fail(ctx, SS_ERR_INTERNAL, "%s: append of %lld samples", w->final_path, (long long)n);
   while (n > 0) {
     int64_t take = w->chunk_rows - w->n_buffered;
@@ -380,61 +412,6 @@ ss_status ss_nwb_writer_append(ss_ctx *ctx, ss_nwb_writer *w, const int16_t *sam
     if (w->n_buffered == w->chunk_rows) SS_TRY(flush(ctx, w));
   }
   return SS_OK;
-}
-
-static ss_status check_units(ss_ctx *ctx, const char *path, const ss_nwb_units *u) {
-  for (int k = 0; k < u->n_units; k++) {
-    if (u->n_spikes[k] < 0)
-      return ss_fail(ctx, SS_ERR_INPUT, "%s: unit %d: n_spikes: expected >= 0, got %lld", path, k,
-                     (long long)u->n_spikes[k]);
-    for (int64_t i = 1; i < u->n_spikes[k]; i++)
-      if (!(u->spike_times[k][i] >= u->spike_times[k][i - 1]))
-        return ss_fail(ctx, SS_ERR_INPUT, "%s: unit %d: spike_times[%lld] = %g is before the previous one (%g)", path,
-                       k, (long long)i, u->spike_times[k][i], u->spike_times[k][i - 1]);
-  }
-  return SS_OK;
-}
-
-static ss_status units_columns(ss_ctx *ctx, ss_nwb_writer *w, const ss_nwb_units *u, double *times, int64_t *index) {
-  int64_t total = 0;
-  for (int k = 0; k < u->n_units; k++) {
-    memcpy(times + total, u->spike_times[k], (size_t)u->n_spikes[k] * sizeof(double));
-    total += u->n_spikes[k];
-    index[k] = total;
-  }
-  hid_t d = -1;
-  SS_TRY(vector(ctx, w, "/units/spike_times", H5T_NATIVE_DOUBLE, times, total, "VectorData", "spike times (s)", NULL));
-  ss_status st = vector(ctx, w, "/units/spike_times_index", H5T_NATIVE_INT64, index, u->n_units, "VectorIndex",
-                        "index into spike_times", &d);
-  if (st == SS_OK) st = ss_h5_attr_ref(ctx, d, "target", w->file, "/units/spike_times", "/units/spike_times_index");
-  if (d >= 0) H5Dclose(d);
-  SS_TRY(st);
-  SS_TRY(vector(ctx, w, "/units/peak_channel", H5T_NATIVE_INT32, u->peak_channel, u->n_units, "VectorData",
-                "channel with the largest template amplitude", NULL));
-  return vector(ctx, w, "/units/snr", H5T_NATIVE_DOUBLE, u->snr, u->n_units, "VectorData",
-                "peak-to-trough template amplitude on the peak channel over the noise sigma", NULL);
-}
-
-ss_status ss_nwb_writer_set_units(ss_ctx *ctx, ss_nwb_writer *w, const ss_nwb_units *u) {
-  SS_TRY(check_units(ctx, w->final_path, u));
-  if (ss_h5_exists(w->file, "/units")) return ss_fail(ctx, SS_ERR_INTERNAL, "%s: units written twice", w->final_path);
-  hid_t g;
-  SS_TRY(typed_group(ctx, w, "/units", "Units", "core", "ground-truth units", &g));
-  static const char *cols[] = {"spike_times", "peak_channel", "snr"};
-  ss_status st = ss_h5_attr_strs(ctx, g, "colnames", cols, 3, "/units");
-  H5Gclose(g);
-  SS_TRY(st);
-  SS_TRY(ids(ctx, w, "/units", u->n_units));
-  int64_t total = 0;
-  for (int k = 0; k < u->n_units; k++) total += u->n_spikes[k];
-  double *times = NULL;
-  int64_t *index = NULL;
-  st = SS_ALLOC(ctx, times, total > 0 ? (size_t)total : 1, "spike times");
-  if (st == SS_OK) st = SS_ALLOC(ctx, index, u->n_units > 0 ? (size_t)u->n_units : 1, "spike index");
-  if (st == SS_OK) st = units_columns(ctx, w, u, times, index);
-  free(times);
-  free(index);
-  return st;
 }
 
 /* identifier and object_ids, from the content hash: UUID version 4 layout */

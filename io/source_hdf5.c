@@ -153,9 +153,21 @@ static ss_status check_dataset(ss_ctx *ctx, h5src *h, const char *path, ss_layou
   return SS_OK;
 }
 
-/* Map the dataset's storage to file offsets when it can be read with pread: little-endian, no
- * filters, no external storage or user block, contiguous or chunked with a sane number of chunks. */
+/* 1 when dataset d is stored in h's own file; 0 when an external link led into another file (an NWB
+ * file whose series lives elsewhere), whose offsets mean nothing in h->file. */
+static int in_own_file(const h5src *h, hid_t d) {
+  char a[SS_SOURCE_PATH_MAX], b[SS_SOURCE_PATH_MAX];
+  hid_t f = H5Iget_file_id(d);
+  ssize_t na = H5Fget_name(h->fid, a, sizeof(a)), nb = f >= 0 ? H5Fget_name(f, b, sizeof(b)) : -1;
+  if (f >= 0) H5Fclose(f);
+  return na > 0 && nb > 0 && (size_t)na < sizeof(a) && (size_t)nb < sizeof(b) && strcmp(a, b) == 0;
+}
+
+/* Map the dataset's storage to file offsets when it can be read with pread: in h's own file,
+ * little-endian, no filters, no external storage or user block, contiguous or chunked with a sane
+ * number of chunks. */
 static int map_storage(h5src *h, hid_t d, ss_store *s) {
+  if (!in_own_file(h, d)) return 0;
   const hid_t le[] = {H5T_STD_I16LE, H5T_IEEE_F32LE, H5T_IEEE_F64LE};
   hid_t t = H5Dget_type(d), dcpl = H5Dget_create_plist(d), fcpl = H5Fget_create_plist(h->fid);
   hsize_t ublock = 0;
@@ -216,7 +228,7 @@ static ss_status check_storage(ss_ctx *ctx, h5src *h, hid_t d, const char *path,
   if (layout == H5D_CONTIGUOUS) {
     haddr_t addr = H5Dget_offset(d);
     struct stat sb;
-    if (addr != HADDR_UNDEF && stat(h->file, &sb) == 0 && (uint64_t)sb.st_size < addr + stored)
+    if (addr != HADDR_UNDEF && in_own_file(h, d) && stat(h->file, &sb) == 0 && (uint64_t)sb.st_size < addr + stored)
       stored = (uint64_t)sb.st_size > addr ? (uint64_t)sb.st_size - addr : 0; /* the file was cut short */
     if (stored >= declared) return SS_OK;
   } else if (stored > 0) {

@@ -1,6 +1,6 @@
 /* test_sort.c — `spikestream sort` end to end on a short simulation: every output exists and the phy
  * check passes; compare finds the units; `cluster` on the sort's own .fet/.fmask reproduces its raw
- * labels exactly; 1 and 2 threads give bit-identical outputs;
+ * labels exactly; 1 and 2 threads give bit-identical outputs; units.nwb holds results.h5's spike times;
  * the phy checker names broken files; bad inputs fail with clear messages. */
 #include <hdf5.h>
 #include <stdio.h>
@@ -10,7 +10,9 @@
 
 #include "build_config.h"
 #include "tools/simulate.h"
+#include "io/h5_util.h"
 #include "io/npy.h"
+#include "io/nwb_check.h"
 #include "io/phy.h"
 #include "params/params.h"
 #include "params/probe.h"
@@ -401,11 +403,59 @@ static void unwired_contacts(void **state) {
   free(cli(args, 0, NULL));
 }
 
+/* units.nwb: passes the structural check (also through `inspect --check-nwb`), links the input's
+ * series, and holds each cluster's spike times exactly as results.h5 has them. */
+static void units_nwb(void **state) {
+  (void)state;
+  char path[2 * PATH_LEN], res[2 * PATH_LEN], args[ARGS_LEN];
+  out_file(path, sizeof(path), "merged", "units.nwb");
+  out_file(res, sizeof(res), "merged", "results.h5");
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  if (ss_nwb_check(&ctx, path) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  snprintf(args, sizeof(args), "inspect '%s' --check-nwb", path);
+  char *out = cli(args, 0, NULL);
+  assert_non_null(strstr(out, "nwb check:    ok"));
+  free(out);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), r = H5Fopen(res, H5F_ACC_RDONLY, H5P_DEFAULT);
+  H5L_info_t li;
+  assert_true(H5Lget_info(f, "/acquisition/ElectricalSeries", &li, H5P_DEFAULT) >= 0);
+  assert_int_equal(li.type, H5L_TYPE_EXTERNAL);
+  double *t = NULL, *ends = NULL, *ts = NULL, *cl = NULL, *ids = NULL;
+  int64_t nt, K, n, nc, nk;
+  ss_status st = ss_h5_read_f64_vector(&ctx, f, "/units/spike_times", path, &t, &nt);
+  if (st == SS_OK) st = ss_h5_read_f64_vector(&ctx, f, "/units/spike_times_index", path, &ends, &K);
+  if (st == SS_OK) st = ss_h5_read_f64_vector(&ctx, r, "/spikes/time_s", res, &ts, &n);
+  if (st == SS_OK) st = ss_h5_read_f64_vector(&ctx, r, "/spikes/cluster", res, &cl, &nc);
+  if (st == SS_OK) st = ss_h5_read_f64_vector(&ctx, r, "/clusters/id", res, &ids, &nk);
+  if (st != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  assert_int_equal(K, nk);
+  assert_int_equal(nt, n);
+  for (int64_t k = 0, at = 0; k < K; k++) { /* spikes are in time order in both files */
+    int64_t end = (int64_t)ends[k];
+    for (int64_t i = 0; i < n; i++)
+      if ((int64_t)cl[i] == k) {
+        if (at >= end) fail_msg("unit %lld: more spikes in results.h5 than in units.nwb", (long long)k);
+        if (t[at] != ts[i]) fail_msg("unit %lld: spike time %.17g, results.h5 has %.17g", (long long)k, t[at], ts[i]);
+        at++;
+      }
+    if (at != end) fail_msg("unit %lld: fewer spikes in results.h5 than in units.nwb", (long long)k);
+  }
+  hid_t d = H5Dopen2(f, "/units/waveform_mean", H5P_DEFAULT);
+  int64_t dims[8];
+  assert_int_equal(ss_h5_shape(d, dims), 3);
+  assert_true(dims[0] == K && dims[2] == 8);
+  H5Dclose(d);
+  free(t), free(ends), free(ts), free(cl), free(ids);
+  H5Fclose(f), H5Fclose(r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),          cmocka_unit_test(h5_layouts),       cmocka_unit_test(quality_outputs),
       cmocka_unit_test(threads_and_cluster), cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
       cmocka_unit_test(em_subset),           cmocka_unit_test(unwired_contacts), cmocka_unit_test(sort_log),
+      cmocka_unit_test(units_nwb),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

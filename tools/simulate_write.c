@@ -97,7 +97,8 @@ static ss_status write_nwb(ss_ctx *ctx, ss_sim *s, const char *path, int64_t chu
                           .n_spikes = t->n_spikes,
                           .spike_times = (const double *const *)times,
                           .peak_channel = t->peak_channel,
-                          .snr = t->snr};
+                          .snr = t->snr,
+                          .description = "ground-truth units"};
     st = ss_nwb_writer_set_units(ctx, w, &units);
   }
   if (st == SS_OK) st = ss_nwb_writer_close(ctx, w);
