@@ -53,6 +53,9 @@ ss_status ss_sort_quality(ss_ctx *ctx, ss_sort_state *s);
  * cutoff, label; then the label counts. */
 void ss_sort_print_units(FILE *f, const ss_sort_summary *sum);
 
+/* report.html under s->write_dir: the self-contained page of the sort (sort_report.c). */
+ss_status ss_sort_write_report(ss_ctx *ctx, const ss_sort_state *s);
+
 /* results.h5, phy/, BASE.fet.1/.fmask.1/.clu.1 and model.h5 under o->out_dir. */
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s);
 
