@@ -18,7 +18,8 @@ static const char *const page_head[] = {
     "<style>",
     "body{font:13px/1.4 system-ui,sans-serif;margin:16px;color:#222;background:#fafafa}",
     "h1{font-size:18px;margin:0 0 4px}h2{font-size:15px;margin:18px 0 6px}",
-    "table{border-collapse:collapse;background:#fff}td,th{padding:2px 8px;border-bottom:1px solid #ddd;text-align:right}",
+    "table{border-collapse:collapse;background:#fff}td,th{padding:2px 8px;border-bottom:1px solid "
+    "#ddd;text-align:right}",
     "th{cursor:pointer;background:#eee;user-select:none}tbody tr{cursor:pointer}tbody tr:hover td{background:#eef3fb}",
     ".good{color:#1a7f37}.mua{color:#9a6700}.noise{color:#cf222e}",
     "#units{display:flex;flex-wrap:wrap;gap:10px}",
@@ -75,7 +76,8 @@ static const char *const page_tail[] = {
     "    if (parent) parent.appendChild(e);",
     "    return e;",
     "  }",
-    "  function fmt(v, d) { return v === null || v === undefined ? '-' : typeof v === 'number' ? v.toFixed(d) : String(v); }",
+    "  function fmt(v, d) { return v === null || v === undefined ? '-' : typeof v === 'number' ? v.toFixed(d) : "
+    "String(v); }",
     "  function color(i) { return 'hsl(' + Math.round(i * 137.508) % 360 + ',70%,42%)'; }",
     "  function range(a) {",
     "    var lo = Infinity, hi = -Infinity;",
@@ -104,7 +106,8 @@ static const char *const page_tail[] = {
     "    var bw = (w - 8) / counts.length, d = '';",
     "    counts.forEach(function (c, i) {",
     "      var bh = (h - 26) * c / m;",
-    "      d += 'M' + (4 + i * bw).toFixed(1) + ' ' + (h - 12) + 'h' + (bw * 0.9).toFixed(1) + 'v' + (-bh).toFixed(1) +",
+    "      d += 'M' + (4 + i * bw).toFixed(1) + ' ' + (h - 12) + 'h' + (bw * 0.9).toFixed(1) + 'v' + (-bh).toFixed(1) "
+    "+",
     "           'h' + (-bw * 0.9).toFixed(1) + 'z';",
     "    });",
     "    sv('path', {d: d, fill: '#4a6fa5'}, s);",
@@ -114,9 +117,11 @@ static const char *const page_tail[] = {
     "  }",
     "  function waves(parent, u) {",
     "    var w = 200, h = 230, s = box(parent, w, h, 'mean waveforms (uV)');",
-    "    var px = u.chans.map(function (c) { return D.probe.x[c]; }), py = u.chans.map(function (c) { return D.probe.y[c]; });",
+    "    var px = u.chans.map(function (c) { return D.probe.x[c]; }), py = u.chans.map(function (c) { return "
+    "D.probe.y[c]; });",
     "    var xr = range(px), yr = range(py), tw = 48, amp = 0;",
-    "    u.wave.forEach(function (tr) { tr.forEach(function (v) { if (v !== null) amp = Math.max(amp, Math.abs(v)); }); });",
+    "    u.wave.forEach(function (tr) { tr.forEach(function (v) { if (v !== null) amp = Math.max(amp, Math.abs(v)); "
+    "}); });",
     "    amp = amp || 1;",
     "    var sx = (w - tw - 34) / (xr[1] - xr[0]), sy = (h - 60) / (yr[1] - yr[0]);",
     "    u.chans.forEach(function (c, j) {",
@@ -124,7 +129,8 @@ static const char *const page_tail[] = {
     "      var y0 = h - 24 - ((py[j] === null ? yr[0] : py[j]) - yr[0]) * sy;",
     "      var tr = u.wave[j], n = tr.length, d = '';",
     "      tr.forEach(function (v, t) {",
-    "        d += (t ? 'L' : 'M') + (x0 + tw * t / Math.max(n - 1, 1)).toFixed(1) + ' ' + (y0 - 18 * (v || 0) / amp).toFixed(1);",
+    "        d += (t ? 'L' : 'M') + (x0 + tw * t / Math.max(n - 1, 1)).toFixed(1) + ' ' + (y0 - 18 * (v || 0) / "
+    "amp).toFixed(1);",
     "      });",
     "      sv('path', {d: d, fill: 'none', stroke: c === u.peak ? '#cf222e' : '#333', 'stroke-width': 1}, s);",
     "      sv('text', {x: x0 + tw + 2, y: y0 + 3}, s, String(c));",
@@ -138,11 +144,13 @@ static const char *const page_tail[] = {
     "    sv('text', {x: 4, y: h - 2}, s, fmt(ar[0], 0) + ' .. ' + fmt(ar[1], 0) + ' uV');",
     "    sv('text', {x: w - 4, y: h - 2, 'text-anchor': 'end'}, s, fmt(D.duration_s, 0) + ' s');",
     "  }",
-    "  var cols = [['id', 'unit', 0], ['label', 'label'], ['n', 'spikes', 0], ['rate', 'rate Hz', 2], ['snr', 'SNR', 1],",
+    "  var cols = [['id', 'unit', 0], ['label', 'label'], ['n', 'spikes', 0], ['rate', 'rate Hz', 2], ['snr', 'SNR', "
+    "1],",
     "              ['isi_ratio', 'ISI viol.', 3], ['presence', 'presence', 2], ['cutoff', 'amp. cutoff', 3],",
     "              ['amp', 'amplitude uV', 0], ['peak', 'peak ch', 0]];",
     "  function table(units) {",
-    "    var head = el('tr', {}, document.querySelector('#table thead')), body = document.querySelector('#table tbody');",
+    "    var head = el('tr', {}, document.querySelector('#table thead')), body = document.querySelector('#table "
+    "tbody');",
     "    var order = 1, key = 'id';",
     "    function fill() {",
     "      body.textContent = '';",
@@ -151,7 +159,8 @@ static const char *const page_tail[] = {
     "        return (x === y ? a.id - b.id : x === null ? 1 : y === null ? -1 : x < y ? -1 : 1) * order;",
     "      }).forEach(function (u) {",
     "        var tr = el('tr', {id: 'row-' + u.id}, body);",
-    "        cols.forEach(function (c) { el('td', c[0] === 'label' ? {class: u.label} : {}, tr, fmt(u[c[0]], c[2])); });",
+    "        cols.forEach(function (c) { el('td', c[0] === 'label' ? {class: u.label} : {}, tr, fmt(u[c[0]], c[2])); "
+    "});",
     "        tr.onclick = function () { location.hash = 'unit-' + u.id; };",
     "      });",
     "    }",
@@ -179,7 +188,8 @@ static const char *const page_tail[] = {
     "      var sec = el('section', {class: 'unit', id: 'unit-' + u.id}, root);",
     "      var h = el('h3', {}, sec, 'unit ' + u.id + ' ');",
     "      el('span', {class: u.label}, h, u.label);",
-    "      h.appendChild(document.createTextNode(' - ' + u.n + ' spikes, ' + fmt(u.rate, 2) + ' Hz, SNR ' + fmt(u.snr, 1)));",
+    "      h.appendChild(document.createTextNode(' - ' + u.n + ' spikes, ' + fmt(u.rate, 2) + ' Hz, SNR ' + fmt(u.snr, "
+    "1)));",
     "      var p = el('div', {class: 'plots'}, sec);",
     "      waves(p, u);",
     "      bars(p, u.isi, 'ISI histogram');",

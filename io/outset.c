@@ -112,10 +112,13 @@ static ss_status scan_target(ss_ctx *ctx, const char *dir, char *foreign, size_t
  * with overwrite; anything else in it: never, since the folder is replaced as a whole. */
 static ss_status check_target(ss_ctx *ctx, const char *dir, const char *parent, int overwrite) {
   struct stat sb;
-  if (stat(dir, &sb) != 0) {
+  if (lstat(dir, &sb) != 0) {
     if (errno == ENOENT || errno == ENOTDIR) return check_ancestor(ctx, dir, parent);
     return ss_fail(ctx, SS_ERR_IO, "%s: %s", dir, strerror(errno));
   }
+  /* the swap renames the folder itself, so a link to one would be replaced, not followed */
+  if (S_ISLNK(sb.st_mode))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: is a symbolic link; name the folder it points to", dir);
   if (!S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_INPUT, "%s: exists and is a file, not a folder", dir);
   SS_TRY(check_ancestor(ctx, dir, parent));
   char foreign[256];

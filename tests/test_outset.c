@@ -307,6 +307,12 @@ static void refused_at_once(void **state) {
   snprintf(want, sizeof(want), "spikestream sort: %s: is a directory, not a recording", ss_test_tmpdir());
   refused(args, want);
   assert_false(exists(dir));
+  char link[PATH_LEN];
+  ss_test_path(link, sizeof(link), "a_link");
+  assert_int_equal(symlink(ss_test_tmpdir(), link), 0);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 1 --overwrite", sim_path, link);
+  snprintf(want, sizeof(want), "spikestream sort: %s: is a symbolic link; name the folder it points to", link);
+  refused(args, want);
   if (geteuid() == 0) return; /* root writes anywhere */
   ss_test_path(dir, sizeof(dir), "locked");
   assert_int_equal(mkdir(dir, 0555), 0);
