@@ -307,7 +307,7 @@ static void write_waves(FILE *f, const ss_cluster_stats *c, int64_t u) {
   fputc(']', f);
 }
 
-/* ISI histogram and one-sided autocorrelogram (lags in (0, REPORT_BINS · REPORT_BIN_MS] ms) of one unit. */
+/* ISI histogram and one-sided autocorrelogram (lags in [0, REPORT_BINS · REPORT_BIN_MS) ms) of one unit. */
 static void write_intervals(FILE *f, const ss_sort_state *s, const int64_t *idx, int64_t n) {
   const double ms = 1000.0 / s->spikes.rate_hz;
   double isi[REPORT_BINS] = {0}, acg[REPORT_BINS] = {0};
