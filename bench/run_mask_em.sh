@@ -61,7 +61,7 @@ SS=$BUILD/spikestream
 (
   for L in $LENGTHS; do
     "$SS" simulate -o "$WORK/rec$L.nwb" --duration "$L" -q > /dev/null 2>&1 &&
-      "$SS" detect "$WORK/rec$L.nwb" -o "$WORK/det$L" -q > /dev/null 2>&1 || echo "prepare $L s failed"
+      "$SS" detect "$WORK/rec$L.nwb" -o "$WORK/det$L" --overwrite -q > /dev/null 2>&1 || echo "prepare $L s failed"
   done
 ) > "$WORK/published_prepare.log" 2>&1 &
 PREP=$!

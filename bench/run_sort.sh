@@ -14,7 +14,7 @@ work=${WORK:-/tmp/ss_sort_bench}
 threads=${THREADS:-}
 mkdir -p "$work"
 "$ss" simulate -o "$work/sim.nwb" --duration "$duration" --seed "$seed" --quiet | head -n 1
-"$ss" sort "$work/sim.nwb" -o "$work/sorted" ${threads:+--threads "$threads"} -q | tee "$work/summary.txt"
+"$ss" sort "$work/sim.nwb" -o "$work/sorted" --overwrite ${threads:+--threads "$threads"} -q | tee "$work/summary.txt"
 "$ss" compare "$work/sorted/results.h5" "$work/sim.nwb" --exclude 0 | tail -n 4 | tee "$work/compare.txt"
 python3 - "$work/summary.txt" "$work/compare.txt" "$duration" bench/results/mask_em_cpu.json <<'PY'
 import json, os, re, sys, datetime

@@ -15,14 +15,19 @@
 #include "drivers/frontend.h"
 #include "core/log.h"
 
+/* --overwrite: no short form (the value lies outside the letters). */
+enum { OPT_OVERWRITE = 0x3001 };
+
 static const char usage[] =
     "usage: spikestream detect INPUT -o DIR [--probe P] [--params J] [--device D] [--threads N]\n"
-    "                          [source options]\n\n"
+    "                          [--overwrite] [source options]\n\n"
     "Run the front end on a recording: band-pass filter, noise level from excerpts, flood-fill\n"
     "detection over the probe's adjacency, sub-sample alignment, per-channel PCA features and masks.\n"
     "Writes DIR/results.h5 (docs/formats.md) and DIR/BASE.fet.1 + DIR/BASE.fmask.1 (KlustaKwik;\n"
     "BASE is the input's name without extension).\n\n"
-    "  -o, --output DIR       output directory (created if missing)\n"
+    "  -o, --output DIR       output directory (created with its parents if missing; it must be\n"
+    "                         empty, or hold an earlier output set and --overwrite be given)\n"
+    "      --overwrite        replace the earlier outputs in DIR (every file of them goes)\n"
     "      --probe P          probe JSON (default: the NWB electrode positions, else every channel\n"
     "                         alone, with a warning)\n"
     "      --params J         parameter JSON (docs/params.md)\n"
@@ -34,7 +39,7 @@ static const char usage[] =
 typedef struct {
   ss_source_spec spec;
   const char *out_dir, *probe_path, *params_path;
-  int threads;
+  int threads, overwrite;
   ss_device_kind device;
   ss_ctx *ctx;
 } detect_args;
@@ -44,6 +49,7 @@ static int on_option(int opt, const char *arg, void *user) {
   int code = 0;
   switch (opt) {
     case 'o': a->out_dir = arg; break;
+    case OPT_OVERWRITE: a->overwrite = 1; break;
     case 'p': a->probe_path = arg; break;
     case 'j': a->params_path = arg; break;
     case 'D': code = ss_cli_device("detect", arg, a->ctx, &a->device); break;
@@ -113,7 +119,7 @@ static ss_status write_set(ss_ctx *ctx, const detect_args *a, const ss_params *p
 /* results.h5 and the KlustaKwik files, swapped in as one output set (io/outset.h). */
 static ss_status write_outputs(ss_ctx *ctx, const detect_args *a, const ss_params *p, const ss_spikes *s) {
   ss_outset os;
-  SS_TRY(ss_outset_begin(ctx, &os, a->out_dir, ss_cli_test_kill_at()));
+  SS_TRY(ss_outset_begin(ctx, &os, a->out_dir, a->overwrite, ss_cli_test_kill_at()));
   ss_status st = write_set(ctx, a, p, s, os.tmp_dir);
   if (st != SS_OK) return ss_outset_fail(ctx, &os);
   return ss_outset_commit(ctx, &os, "detect");
@@ -124,6 +130,7 @@ static ss_status run(ss_ctx *ctx, detect_args *a) {
   ss_params_defaults(&p);
   if (a->params_path) SS_TRY(ss_params_load_file(ctx, a->params_path, &p));
   SS_TRY(ss_params_validate(ctx, &p));
+  SS_TRY(ss_outset_check(ctx, a->out_dir, a->overwrite)); /* before any work */
   ss_backend be;
   SS_TRY(ss_backend_open(ctx, a->device, 0, a->threads, &be));
   ss_source *src = NULL;
@@ -160,6 +167,7 @@ static ss_status run(ss_ctx *ctx, detect_args *a) {
 
 int ss_cmd_detect(int argc, char **argv, ss_ctx *ctx) {
   static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+                                       {"overwrite", no_argument, NULL, OPT_OVERWRITE},
                                        {"probe", required_argument, NULL, 'p'},
                                        {"params", required_argument, NULL, 'j'},
                                        {"device", required_argument, NULL, 'D'},

@@ -11,9 +11,12 @@
 
 #define CMD "sort"
 
+/* --overwrite: no short form (the value lies outside the letters). */
+enum { OPT_OVERWRITE = 0x3001 };
+
 static const char usage[] =
     "usage: spikestream sort INPUT -o DIR [--probe P] [--params J] [--device D] [--threads N]\n"
-    "                        [--no-merge] [--check] [source options]\n\n"
+    "                        [--no-merge] [--check] [--overwrite] [source options]\n\n"
     "Sort a recording end to end: band-pass filter, thresholds, flood-fill detection, PCA features and\n"
     "masks, masked EM (KlustaKwik's algorithm), then an automatic merge of over-split units (mean\n"
     "waveforms correlated above merge.waveform_corr on shared channels, without adding refractory\n"
@@ -25,8 +28,13 @@ static const char usage[] =
     "  model.h5                    filter, thresholds, PCA, clusters and a labelled set for new spikes\n"
     "  units.nwb                   the units as an NWB units table (spike times, electrodes, mean\n"
     "                              waveforms, quality metrics, labels); an NWB input's series linked\n"
+    "  report.html                 a self-contained page: unit table, waveforms on the probe, ISI\n"
+    "                              histograms, autocorrelograms, amplitudes, drift raster\n"
     "  sort.log                    the run's log lines\n\n"
-    "  -o, --output DIR       output directory (created if missing)\n"
+    "  -o, --output DIR       output directory (created with its parents if missing; it must be\n"
+    "                         empty, or hold an earlier output set and --overwrite be given)\n"
+    "      --overwrite        replace the earlier outputs in DIR (every file of them goes, phy/\n"
+    "                         with its .phy cache included)\n"
     "      --probe P          probe JSON (default: the file's electrode positions, else\n"
     "                         params/probes/two_column_32.json for 32 channels, else an error)\n"
     "      --params J         parameter JSON (docs/params.md)\n"
@@ -56,6 +64,7 @@ static int on_option(int opt, const char *arg, void *user) {
     case 't': code = ss_cli_threads(CMD, arg, &a->o.n_threads); break;
     case 'M': a->no_merge = 1; break;
     case 'K': a->o.check_phy = 1; break;
+    case OPT_OVERWRITE: a->o.overwrite = 1; break;
     default:
       code = ss_cli_source_option(CMD, opt, arg, &a->o.spec, a->ctx);
       if (code < 0) code = ss_cli_usage_error(CMD, "unknown option");
@@ -84,6 +93,7 @@ int ss_cmd_sort(int argc, char **argv, ss_ctx *ctx) {
                                        {"threads", required_argument, NULL, 't'},
                                        {"no-merge", no_argument, NULL, 'M'},
                                        {"check", no_argument, NULL, 'K'},
+                                       {"overwrite", no_argument, NULL, OPT_OVERWRITE},
                                        {0, 0, 0, 0}};
   sort_args a;
   memset(&a, 0, sizeof(a));

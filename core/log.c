@@ -109,7 +109,25 @@ void ss_progress_start(ss_progress *p, const ss_ctx *ctx, const char *label, dou
   p->active = !ctx->quiet;
 }
 
+void ss_progress_start_open(ss_progress *p, const ss_ctx *ctx, const char *label) {
+  ss_progress_start(p, ctx, label, 1);
+  p->open = 1;
+}
+
+/* An open-ended progress: the note and the elapsed time, redrawn in place on a terminal. */
+static void draw_open(ss_progress *p, int final) {
+  FILE *f = stream_of(p->ctx);
+  double elapsed = ss_now() - p->t_start;
+  if (p->tty) fprintf(f, "\r%s: %s %6.1fs\033[K%s", p->label, p->note, elapsed, final ? "\n" : "");
+  else fprintf(f, "spikestream: %s: %s (%.1fs)\n", p->label, p->note, elapsed);
+  fflush(f);
+}
+
 static void draw(ss_progress *p, int final) {
+  if (p->open) {
+    draw_open(p, final);
+    return;
+  }
   FILE *f = stream_of(p->ctx);
   double frac = p->done / p->total;
   if (frac > 1) frac = 1;
@@ -134,6 +152,14 @@ void ss_progress_update(ss_progress *p, double done) {
   if (now - p->t_last_draw < period) return;
   p->t_last_draw = now;
   draw(p, 0);
+}
+
+void ss_progress_note(ss_progress *p, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(p->note, sizeof(p->note), fmt, ap);
+  va_end(ap);
+  ss_progress_update(p, p->done);
 }
 
 void ss_progress_finish(ss_progress *p) {

@@ -54,10 +54,16 @@ typedef struct {
   double t_last_draw;
   int tty;
   int active;
+  int open;      /* no known total: the note and the elapsed time instead of a percentage */
+  char note[96]; /* what an open-ended progress shows, e.g. "iteration 12, 40 clusters" */
 } ss_progress;
 
 void ss_progress_start(ss_progress *p, const ss_ctx *ctx, const char *label, double total);
+/* Progress of work whose amount is not known in advance (e.g. iterations until convergence). */
+void ss_progress_start_open(ss_progress *p, const ss_ctx *ctx, const char *label);
 void ss_progress_update(ss_progress *p, double done);
+/* Set an open-ended progress's note and draw it (as often as ss_progress_update draws). */
+void ss_progress_note(ss_progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ss_progress_finish(ss_progress *p);
 
 /* Monotonic wall clock in seconds. */

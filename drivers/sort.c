@@ -13,6 +13,7 @@
 
 #include "build_config.h"
 #include "io/checksum.h"
+#include "io/outset.h"
 #include "core/log.h"
 #include "stages/knn/knn.h"
 #include "stages/mask_em/mask_em.h"
@@ -110,6 +111,11 @@ static ss_status gather_rows(ss_ctx *ctx, const ss_spikes *sp, const int64_t *id
   return SS_OK;
 }
 
+/* The progress line of masked EM (its per-iteration log lines are hidden in `sort`). */
+static void em_progress(void *user, const ss_mask_em_iter_log *e) {
+  ss_progress_note(user, "iteration %" PRId64 ", %" PRId64 " clusters (noise included)", e->iteration, e->n_clusters);
+}
+
 static ss_status fit_subset(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s, const float *x, const float *mk,
                             int64_t m, ss_mask_em_result *r) {
   const int64_t D = (int64_t)s->spikes.n_channels * s->spikes.n_pcs;
@@ -129,7 +135,13 @@ static ss_status fit_subset(ss_ctx *ctx, const ss_backend *be, ss_sort_state *s,
   em_ctx.log_stream = ctx->log_stream;
   em_ctx.progress_tty = ctx->progress_tty;
   em_ctx.log_level = ctx->log_level >= SS_LOG_DEBUG ? ctx->log_level : SS_LOG_WARN;
+  ss_progress prog;
+  ss_progress_start_open(&prog, ctx, "masked EM");
+  snprintf(prog.note, sizeof(prog.note), "starting");
+  opts.on_iteration = em_progress;
+  opts.on_iteration_user = &prog;
   ss_status st = ss_mask_em_fit(&em_ctx, be, x, mk, m, D, &opts, r);
+  ss_progress_finish(&prog);
   if (st != SS_OK) return ss_fail(ctx, st, "%s", ss_error_message(&em_ctx));
   return SS_OK;
 }
@@ -389,6 +401,7 @@ static ss_status sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *s
   double t_start = ss_now();
   if (!o->out_dir || !o->spec.path)
     return ss_fail(ctx, SS_ERR_USAGE, "sort: an input and an output directory are needed");
+  SS_TRY(ss_outset_check(ctx, o->out_dir, o->overwrite)); /* before any work */
   ss_backend be;
   const char *device = NULL;
   SS_TRY(open_backend(ctx, o, &be, &device));

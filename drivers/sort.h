@@ -10,6 +10,8 @@
  *   BASE.fet.1, BASE.fmask.1, BASE.clu.1   KlustaKwik text files (BASE: the input's name); .clu
  *                       holds the final (merged) labels in KlustaKwik numbering (1 = noise)
  *   model.h5            what labelling new spikes needs (filter, thresholds, PCA, clusters, KNN set)
+ *   report.html         a self-contained page of the units (sort_report.c)
+ *   sort.log            the run's log lines
  *
  * Mean waveforms are rebuilt from the PCA features (the front end keeps no waveforms): for each
  * cluster and channel, Σ_k mean(feature_k) · basis_k — the projection of the cluster's mean waveform
@@ -49,6 +51,7 @@ typedef struct {
   int n_threads;    /* <= 0: all */
   int merge;        /* 1: merge (default when params.merge.enabled), 0: keep raw clusters */
   int check_phy;    /* run ss_phy_check on the written folder */
+  int overwrite;    /* replace an earlier output set in out_dir (ss_outset_check) */
   int test_kill_at; /* test hook, 0: off: SIGKILL at this output-set step (ss_outset.kill_at) */
 } ss_sort_opts;
 

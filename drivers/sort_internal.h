@@ -62,7 +62,11 @@ void ss_sort_print_units(FILE *f, const ss_sort_summary *sum);
 /* units.nwb under s->write_dir (sort_nwb.c). */
 ss_status ss_sort_write_nwb(ss_ctx *ctx, const ss_sort_state *s);
 
-/* results.h5, phy/, BASE.fet.1/.fmask.1/.clu.1, model.h5, units.nwb and sort.log under o->out_dir. */
+/* report.html under s->write_dir: the self-contained page of the sort (sort_report.c). */
+ss_status ss_sort_write_report(ss_ctx *ctx, const ss_sort_state *s);
+
+/* results.h5, phy/, BASE.fet.1/.fmask.1/.clu.1, model.h5, units.nwb, report.html and sort.log under
+ * o->out_dir. */
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s);
 
 #endif

@@ -549,14 +549,21 @@ static ss_status write_log(ss_ctx *ctx, const ss_sort_state *s) {
 }
 
 ss_status ss_sort_write_outputs(ss_ctx *ctx, const ss_sort_state *s) {
+  /* one output a line */
+  /* clang-format off */
   static const struct {
     const char *name;
     ss_status (*write)(ss_ctx *, const ss_sort_state *);
-  } outputs[] = {{"results.h5", write_results},          {"phy folder", write_phy},
-                 {"KlustaKwik files", write_klustakwik}, {"model.h5", write_model},
-                 {"units.nwb", ss_sort_write_nwb},       {"sort.log", write_log}};
+  } outputs[] = {{"results.h5", write_results},
+                 {"phy folder", write_phy},
+                 {"KlustaKwik files", write_klustakwik},
+                 {"model.h5", write_model},
+                 {"units.nwb", ss_sort_write_nwb},
+                 {"report.html", ss_sort_write_report},
+                 {"sort.log", write_log}};
+  /* clang-format on */
   ss_outset os;
-  SS_TRY(ss_outset_begin(ctx, &os, s->o->out_dir, s->o->test_kill_at));
+  SS_TRY(ss_outset_begin(ctx, &os, s->o->out_dir, s->o->overwrite, s->o->test_kill_at));
   ss_sort_state w = *s;
   w.write_dir = os.tmp_dir;
   for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {

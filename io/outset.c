@@ -53,7 +53,7 @@ static ss_status split_dir(ss_ctx *ctx, const char *dir, char *parent, char *nam
 /* Names an output set may hold: the sort's and detect's files, the .clu/.klg that `cluster` writes
  * beside them, and the temporaries of the per-file atomic writers. */
 static int member_name(const char *n) {
-  static const char *const fixed[] = {"results.h5", "model.h5", "units.nwb", "phy", "sort.log", SS_OUTSET_MANIFEST};
+  static const char *const fixed[] = {"results.h5", "model.h5", "units.nwb", "phy", "report.html", "sort.log", SS_OUTSET_MANIFEST};
   for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
     if (strcmp(n, fixed[i]) == 0) return 1;
   if (strstr(n, ".fet.") || strstr(n, ".fmask.") || strstr(n, ".clu.") || strstr(n, ".klg.")) return 1;
@@ -72,26 +72,90 @@ static int remove_entry(const char *path, const struct stat *sb, int flag, struc
 
 static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
-/* The target may be replaced when absent, or a folder of output-set members only. */
-static ss_status check_target(ss_ctx *ctx, const char *dir) {
-  struct stat sb;
-  if (lstat(dir, &sb) != 0) {
-    if (errno == ENOENT) return SS_OK;
-    return ss_fail(ctx, SS_ERR_IO, "%s: %s", dir, strerror(errno));
+/* The nearest existing folder at or above `path` (a copy cut at a '/'), which must be writable. */
+static ss_status check_ancestor(ss_ctx *ctx, const char *dir, const char *path) {
+  char cur[SS_OUTSET_PATH_MAX];
+  snprintf(cur, sizeof(cur), "%s", path);
+  for (;;) {
+    struct stat sb;
+    if (stat(cur, &sb) == 0) {
+      if (!S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_INPUT, "%s: %s is a file, not a folder", dir, cur);
+      if (access(cur, W_OK | X_OK) != 0)
+        return ss_fail(ctx, SS_ERR_IO, "%s: cannot write into %s: %s", dir, cur, strerror(errno));
+      return SS_OK;
+    }
+    if (errno != ENOENT && errno != ENOTDIR) return ss_fail(ctx, SS_ERR_IO, "%s: %s: %s", dir, cur, strerror(errno));
+    char *slash = strrchr(cur, '/');
+    if (!slash) snprintf(cur, sizeof(cur), ".");
+    else if (slash == cur) snprintf(cur, sizeof(cur), "/");
+    else *slash = '\0';
   }
-  if (!S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_INPUT, "%s: exists and is not a directory", dir);
+}
+
+/* Classify the entries of the existing folder `dir`: the first foreign one (not an output-set
+ * member) into `foreign`, and whether any member (an earlier output) is there. */
+static ss_status scan_target(ss_ctx *ctx, const char *dir, char *foreign, size_t len, int *earlier) {
   DIR *d = opendir(dir);
   if (!d) return ss_fail(ctx, SS_ERR_IO, "%s: cannot list the folder: %s", dir, strerror(errno));
-  ss_status st = SS_OK;
-  for (struct dirent *e = readdir(d); e && st == SS_OK; e = readdir(d)) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || member_name(e->d_name)) continue;
-    st = ss_fail(ctx, SS_ERR_INPUT,
-                 "%s: holds \"%s\", which is not an output of sort or detect; the folder is replaced as a whole, "
-                 "so name a new or empty folder",
-                 dir, e->d_name);
+  foreign[0] = '\0';
+  *earlier = 0;
+  for (struct dirent *e = readdir(d); e && !foreign[0]; e = readdir(d)) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (member_name(e->d_name)) *earlier = 1;
+    else snprintf(foreign, len, "%s", e->d_name);
   }
   closedir(d);
-  return st;
+  return SS_OK;
+}
+
+/* The rules for the target (docs/formats.md): absent or empty: fine; an earlier output set: only
+ * with overwrite; anything else in it: never, since the folder is replaced as a whole. */
+static ss_status check_target(ss_ctx *ctx, const char *dir, const char *parent, int overwrite) {
+  struct stat sb;
+  if (lstat(dir, &sb) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return check_ancestor(ctx, dir, parent);
+    return ss_fail(ctx, SS_ERR_IO, "%s: %s", dir, strerror(errno));
+  }
+  /* the swap renames the folder itself, so a link to one would be replaced, not followed */
+  if (S_ISLNK(sb.st_mode))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: is a symbolic link; name the folder it points to", dir);
+  if (!S_ISDIR(sb.st_mode)) return ss_fail(ctx, SS_ERR_INPUT, "%s: exists and is a file, not a folder", dir);
+  SS_TRY(check_ancestor(ctx, dir, parent));
+  char foreign[256];
+  int earlier = 0;
+  SS_TRY(scan_target(ctx, dir, foreign, sizeof(foreign), &earlier));
+  if (foreign[0])
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: holds \"%s\", which is not an output of sort or detect; the folder is replaced as a whole, "
+                   "so name a new or empty folder (--overwrite replaces only an earlier output set)",
+                   dir, foreign);
+  if (earlier && !overwrite)
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: holds the outputs of an earlier run; pass --overwrite to replace them (every file of the "
+                   "earlier run goes), or name a new folder",
+                   dir);
+  return SS_OK;
+}
+
+/* Create `path` and its missing parents. */
+static ss_status make_parents(ss_ctx *ctx, const char *dir, const char *path) {
+  char cur[SS_OUTSET_PATH_MAX];
+  snprintf(cur, sizeof(cur), "%s", path);
+  for (char *p = cur + 1;; p++) {
+    if (*p != '/' && *p != '\0') continue;
+    char c = *p;
+    *p = '\0';
+    if (mkdir(cur, 0777) != 0 && errno != EEXIST)
+      return ss_fail(ctx, SS_ERR_IO, "%s: cannot create the folder %s: %s", dir, cur, strerror(errno));
+    *p = c;
+    if (c == '\0') return SS_OK;
+  }
+}
+
+ss_status ss_outset_check(ss_ctx *ctx, const char *dir, int overwrite) {
+  char parent[SS_OUTSET_PATH_MAX], name[SS_OUTSET_PATH_MAX], full[SS_OUTSET_PATH_MAX];
+  SS_TRY(split_dir(ctx, dir, parent, name, full));
+  return check_target(ctx, full, parent, overwrite);
 }
 
 /* Remove the temporary folders (.NAME.set.PID.N) that writers which are no longer running left. */
@@ -111,15 +175,13 @@ static void remove_stale(const char *parent, const char *name) {
   closedir(d);
 }
 
-ss_status ss_outset_begin(ss_ctx *ctx, ss_outset *os, const char *dir, int kill_at) {
+ss_status ss_outset_begin(ss_ctx *ctx, ss_outset *os, const char *dir, int overwrite, int kill_at) {
   memset(os, 0, sizeof(*os));
   os->kill_at = kill_at;
   char parent[SS_OUTSET_PATH_MAX], name[SS_OUTSET_PATH_MAX];
   SS_TRY(split_dir(ctx, dir, parent, name, os->final_dir));
-  SS_TRY(check_target(ctx, os->final_dir));
-  struct stat sb;
-  if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return ss_fail(ctx, SS_ERR_IO, "%s: the parent folder %s does not exist", os->final_dir, parent);
+  SS_TRY(check_target(ctx, os->final_dir, parent, overwrite));
+  SS_TRY(make_parents(ctx, os->final_dir, parent));
   remove_stale(parent, name);
   unsigned count = atomic_fetch_add(&set_counter, 1u);
   int n = snprintf(os->tmp_dir, sizeof(os->tmp_dir), "%s/.%s.set.%ld.%u", parent, name, (long)getpid(), count);

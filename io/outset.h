@@ -23,9 +23,13 @@ typedef struct {
   int steps;
 } ss_outset;
 
-/* Check that `dir` can be replaced (absent, or a folder holding only files an output set has),
- * remove temporaries of dead writers beside it and create the temporary folder. */
-ss_status ss_outset_begin(ss_ctx *ctx, ss_outset *os, const char *dir, int kill_at);
+/* Check, before any work, that `dir` may take an output set: absent (its nearest existing parent a
+ * writable folder) or empty; an earlier output set (only output-set names in it) only when
+ * `overwrite`; a folder with any other file never. SS_ERR_INPUT / SS_ERR_IO naming `dir` otherwise. */
+ss_status ss_outset_check(ss_ctx *ctx, const char *dir, int overwrite);
+/* ss_outset_check again, then create the missing parents, remove temporaries of dead writers beside
+ * `dir` and create the temporary folder. */
+ss_status ss_outset_begin(ss_ctx *ctx, ss_outset *os, const char *dir, int overwrite, int kill_at);
 /* Count one written output (the test hook's unit). */
 void ss_outset_step(ss_outset *os);
 /* Write the manifest (`command` names the writer), swap the folder in, remove the old set. On

@@ -3,11 +3,13 @@
  * (interface and conventions: source.h). */
 #include "io/source.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/log.h"
 #include "io/source_internal.h"
@@ -138,7 +140,21 @@ static ss_status detect_format(ss_ctx *ctx, const ss_source_spec *spec, ss_sourc
   return SS_OK;
 }
 
+/* A missing input or a folder is named as such, before any reader guesses at its format; a folder
+ * is read only as an Open Ephys recording. */
+static ss_status check_path(ss_ctx *ctx, const ss_source_spec *spec) {
+  struct stat sb;
+  if (stat(spec->path, &sb) != 0)
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: %s", spec->path, errno == ENOENT ? "no such file" : strerror(errno));
+  if (!S_ISDIR(sb.st_mode) || spec->format == SS_FORMAT_OPENEPHYS || ss_source_is_openephys(spec->path)) return SS_OK;
+  return ss_fail(ctx, SS_ERR_INPUT,
+                 "%s: is a directory, not a recording (a folder is read only as an Open Ephys recording, with "
+                 "structure.oebin)",
+                 spec->path);
+}
+
 static ss_status open_backend(ss_ctx *ctx, const ss_source_spec *spec, ss_source *s) {
+  SS_TRY(check_path(ctx, spec));
   ss_source_format f;
   SS_TRY(detect_format(ctx, spec, &f));
   if (f != SS_FORMAT_AUTO) SS_TRY(check_options(ctx, spec, f));

@@ -16,7 +16,8 @@ mkdir -p "$demo"
 "$ss" inspect --check-nwb "$demo/sim.nwb" | tail -n 1
 # --device auto: CUDA when available, else the CPU; the log lines name the choice. The summary ends
 # with the per-unit table of quality metrics and good / mua / noise labels (docs/quality.md).
-"$ss" sort "$demo/sim.nwb" -o "$demo/sorted" --device auto --check 2>&1 | grep -v '^spikestream: detect:'
+"$ss" sort "$demo/sim.nwb" -o "$demo/sorted" --overwrite --device auto --check 2>&1 | grep -v '^spikestream: detect:'
 # cluster 0 is masked EM's noise cluster: left out of the scoring
 "$ss" compare "$demo/sorted/results.h5" "$demo/sim.nwb" --exclude 0 --json "$demo/compare.json" | tail -n 4
-echo "demo: done (outputs in $demo; open the phy folder with: phy template-gui $demo/sorted/phy/params.py)"
+echo "demo: done (outputs in $demo; the report: $demo/sorted/report.html; open the phy folder with:"
+echo "      phy template-gui $demo/sorted/phy/params.py)"

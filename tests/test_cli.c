@@ -155,7 +155,7 @@ static void detect_device_cpu(void **state) {
   assert_true(strlen(a) > 0);
   assert_string_equal(a, b);
   free(a), free(b);
-  snprintf(args, sizeof(args), "detect '%s' -q --device cuda -o '%s'", rec, dir[1]);
+  snprintf(args, sizeof(args), "detect '%s' -q --device cuda -o '%s' --overwrite", rec, dir[1]);
   assert_int_equal(run(args, &out, &err), 3);
   assert_non_null(strstr(err, "--device cuda: no CUDA device available"));
   free(out), free(err);

@@ -29,7 +29,7 @@ static int group_setup(void **state) {
 /* Run the sort with SPIKESTREAM_FAIL_ALLOC=value (NULL: unset); exit code, stderr in *err. */
 static int sort_with(const char *value, const char *dir, char **err) {
   char args[3 * PATH_LEN];
-  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1", sim_path, dir);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1 --overwrite", sim_path, dir);
   if (value) setenv("SPIKESTREAM_FAIL_ALLOC", value, 1);
   else unsetenv("SPIKESTREAM_FAIL_ALLOC");
   int code = ss_test_run_cli(args, NULL, err);

@@ -1,7 +1,8 @@
 /* test_outset.c — output folders appear complete or not at all: a write failure on a full disk
  * (simulated with RLIMIT_FSIZE) exits cleanly and leaves no set; a sort or detect killed at every
  * output step (SPIKESTREAM_TEST_KILL_AT) leaves the old complete set; readers refuse a folder whose
- * manifest does not match its files. */
+ * manifest does not match its files; an earlier set is replaced only with --overwrite, and wholly; a
+ * folder with other files never; unusable output folders and missing inputs are refused at once. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <signal.h>
@@ -146,7 +147,7 @@ static void killed(const char *cmd, const char *name, int steps) {
   if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   char *old = complete_set(dir);
-  snprintf(args, sizeof(args), "%s '%s' -o '%s' -q --threads 1", cmd, sim_path, dir);
+  snprintf(args, sizeof(args), "%s '%s' -o '%s' -q --threads 1 --overwrite", cmd, sim_path, dir);
   for (int k = 1; k <= steps; k++) {
     char env[64];
     snprintf(env, sizeof(env), "SPIKESTREAM_TEST_KILL_AT=%d", k);
@@ -220,7 +221,7 @@ static void readers_check(void **state) {
   free(err);
 }
 
-/* A folder holding other files is not replaced. */
+/* A folder holding other files is not replaced, --overwrite or not. */
 static void foreign_folder(void **state) {
   (void)state;
   char dir[PATH_LEN], args[ARGS_LEN], path[2 * PATH_LEN];
@@ -230,18 +231,100 @@ static void foreign_folder(void **state) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
   fclose(f);
-  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1", sim_path, dir);
+  for (int overwrite = 0; overwrite < 2; overwrite++) {
+    snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1%s", sim_path, dir, overwrite ? " --overwrite" : "");
+    char *err = NULL;
+    int code = run(args, NULL, 0, &err);
+    if (code != 1 || !strstr(err, "holds \"notes.txt\", which is not an output of sort or detect"))
+      fail_msg("exit %d: %s", code, err);
+    free(err);
+    assert_true(exists(path));
+  }
+}
+
+/* `args` exits 1 with one line holding `want`, before any work (no log line before it). */
+static void refused(const char *args, const char *want) {
   char *err = NULL;
   int code = run(args, NULL, 0, &err);
-  if (code != 1 || !strstr(err, "holds \"notes.txt\", which is not an output of sort or detect"))
-    fail_msg("exit %d: %s", code, err);
+  if (code != 1 || count_lines(err) != 1 || !strstr(err, want))
+    fail_msg("%s: exit %d, expected \"%s\" alone in: %s", args, code, want, err);
   free(err);
+}
+
+/* An earlier output set is replaced only with --overwrite, and then wholly: no file of it stays
+ * (phy's .phy cache included). Missing parents are created. */
+static void overwrite_rules(void **state) {
+  (void)state;
+  char dir[PATH_LEN], args[ARGS_LEN], path[2 * PATH_LEN];
+  ss_test_path(dir, sizeof(dir), "new/parents/set");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 1", old_path, dir);
+  char *err = NULL;
+  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  free(err);
+  char *old = complete_set(dir);
+  snprintf(path, sizeof(path), "%s/phy/.phy", dir);
+  assert_int_equal(mkdir(path, 0777), 0);
+  snprintf(path, sizeof(path), "%s/phy/.phy/cache.bin", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fclose(f);
+  const char *cmds[] = {"sort", "detect"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(args, sizeof(args), "%s '%s' -o '%s' --threads 1", cmds[i], sim_path, dir);
+    refused(args, "holds the outputs of an earlier run; pass --overwrite to replace them");
+  }
   assert_true(exists(path));
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1 --overwrite", sim_path, dir);
+  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  free(err);
+  assert_false(exists(path));
+  char *now = complete_set(dir); /* exactly the listed files: nothing of the earlier set */
+  assert_string_not_equal(now, old);
+  assert_non_null(strstr(now, "\treport.html\n"));
+  free(now);
+  free(old);
+}
+
+/* Output folders that cannot be used and inputs that are missing or folders are refused at once. */
+static void refused_at_once(void **state) {
+  (void)state;
+  char file[PATH_LEN], args[ARGS_LEN], want[3 * PATH_LEN], dir[PATH_LEN];
+  ss_test_path(file, sizeof(file), "a_file");
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fclose(f);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 1", sim_path, file);
+  snprintf(want, sizeof(want), "spikestream sort: %s: exists and is a file, not a folder", file);
+  refused(args, want);
+  snprintf(args, sizeof(args), "detect '%s' -o '%s/sub/dir' --threads 1", sim_path, file);
+  snprintf(want, sizeof(want), "spikestream detect: %s/sub/dir: %s is a file, not a folder", file, file);
+  refused(args, want);
+  ss_test_path(dir, sizeof(dir), "never");
+  snprintf(args, sizeof(args), "sort '%s.missing' -o '%s' --threads 1 -q", sim_path, dir);
+  snprintf(want, sizeof(want), "spikestream sort: %s.missing: no such file", sim_path);
+  refused(args, want);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 1 -q", ss_test_tmpdir(), dir);
+  snprintf(want, sizeof(want), "spikestream sort: %s: is a directory, not a recording", ss_test_tmpdir());
+  refused(args, want);
+  assert_false(exists(dir));
+  char link[PATH_LEN];
+  ss_test_path(link, sizeof(link), "a_link");
+  assert_int_equal(symlink(ss_test_tmpdir(), link), 0);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 1 --overwrite", sim_path, link);
+  snprintf(want, sizeof(want), "spikestream sort: %s: is a symbolic link; name the folder it points to", link);
+  refused(args, want);
+  if (geteuid() == 0) return; /* root writes anywhere */
+  ss_test_path(dir, sizeof(dir), "locked");
+  assert_int_equal(mkdir(dir, 0555), 0);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s/out' --threads 1", sim_path, dir);
+  snprintf(want, sizeof(want), "spikestream sort: %s/out: cannot write into %s", dir, dir);
+  refused(args, want);
 }
 
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(full_disk), cmocka_unit_test(sort_killed),
-                                     cmocka_unit_test(detect_killed), cmocka_unit_test(readers_check),
-                                     cmocka_unit_test(foreign_folder)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(full_disk),      cmocka_unit_test(sort_killed),
+                                     cmocka_unit_test(detect_killed),  cmocka_unit_test(readers_check),
+                                     cmocka_unit_test(foreign_folder), cmocka_unit_test(overwrite_rules),
+                                     cmocka_unit_test(refused_at_once)};
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

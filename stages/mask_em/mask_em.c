@@ -214,6 +214,7 @@ ss_status ss_em_drive(ss_ctx *ctx, const ss_mask_em_opts *o, const ss_em_driver 
     }
     ss_mask_em_iter_log e;
     SS_TRY(d->full_iteration(ctx, d->self, it, &e));
+    if (o->on_iteration) o->on_iteration(o->on_iteration_user, &e);
     res->n_iterations = it;
     res->score = e.score;
     int cycle = 0;

@@ -32,6 +32,8 @@ extern "C" {
 
 /* ---- options ---------------------------------------------------------------------------------- */
 
+struct ss_mask_em_iter_log; /* below */
+
 /* Which kernel computes the GPU E-step's block part: chosen from shared memory (auto), or forced
  * (tests compare the three with the CPU). */
 typedef enum { SS_EM_BLOCK_AUTO = 0, SS_EM_BLOCK_SPARSE, SS_EM_BLOCK_UNION, SS_EM_BLOCK_GLOBAL } ss_em_block_kernel;
@@ -55,6 +57,10 @@ typedef struct {
   uint64_t seed;
   int gpu_block_kernel;        /* ss_em_block_kernel: the GPU E-step's block-part kernel (tests) */
   const int32_t *start_labels; /* start == SS_EM_START_CLU: N labels, 0 = noise, c ≥ 1 Gaussian */
+  /* Called after every full iteration with its log entry, on the caller's thread (NULL: none); lets
+   * a caller that hides the per-iteration log lines show progress instead. */
+  void (*on_iteration)(void *user, const struct ss_mask_em_iter_log *e);
+  void *on_iteration_user;
 } ss_mask_em_opts;
 
 /* Copy the mask_em section and the seed; resolve the preset (fast: K0 = fast_starting_clusters). */
@@ -182,7 +188,7 @@ ss_status ss_mask_em_start_masks(ss_ctx *ctx, const ss_mask_em_data *data, int64
 
 typedef enum { SS_EM_STEP_FULL = 'F', SS_EM_STEP_SPLIT = 'S' } ss_mask_em_step_kind;
 
-typedef struct {
+typedef struct ss_mask_em_iter_log {
   int64_t iteration;
   char step; /* ss_mask_em_step_kind */
   double score;
