@@ -263,14 +263,14 @@ static void config_rejected_with_reasons(void **state) {
   ss_sim_config_defaults(&c);
   c.burst_prob = 2;
   c.burst_attenuation = 0;
-  c.decay_max_um = 10;
+  c.decay_max_um = 5;
   c.rate_law = (ss_sim_rate_law)7;
   assert_int_equal(ss_sim_config_validate(&ctx, &c), SS_ERR_INPUT);
   assert_string_equal(ss_error_message(&ctx),
                       "simulate: rate_law: expected lognormal (0) or loguniform (1), got 7\n"
                       "simulate: burst_prob: expected a probability in [0, 1], got 2\n"
                       "simulate: burst_attenuation: expected a factor in (0, 1], got 0\n"
-                      "simulate: decay_max_um: expected a length in [decay_min_um, 1000] µm, got 10");
+                      "simulate: decay_max_um: expected a length in [decay_min_um, 1000] µm, got 5");
   ss_sim_config_defaults(&c);
   c.duration_s = 1e-6;
   assert_int_equal(ss_sim_config_validate(&ctx, &c), SS_ERR_INPUT);

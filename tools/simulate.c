@@ -86,9 +86,10 @@ struct ss_sim {
 
 /* --- small helpers --------------------------------------------------------------------------- */
 
-/* amplitude ∝ 1 / (1 + (d / d0)^2) */
-static double spatial_factor(double d_um, double d0_um) {
-  double r = d_um / d0_um;
+/* amplitude ∝ exp(-d / d0) (exponential law) or 1 / (1 + (d / d0)^2) (power law) */
+static double spatial_factor(const ss_sim *s, const sim_unit *un, double d_um) {
+  double r = d_um / un->decay_um;
+  if (s->cfg.decay_law == SS_SIM_DECAY_EXPONENTIAL) return exp(-r);
   return 1.0 / (1.0 + r * r);
 }
 
@@ -128,7 +129,8 @@ void ss_sim_config_defaults(ss_sim_config *c) {
   c->burst_prob = 0.3;
   c->burst_attenuation = 0.8;
   c->burst_isi_ms = 10.0;
-  c->decay_min_um = 20.0;
+  c->decay_law = SS_SIM_DECAY_EXPONENTIAL;
+  c->decay_min_um = 10.0;
   c->decay_max_um = 40.0;
   c->conversion_uv = 0.195;
 }
@@ -143,7 +145,15 @@ void ss_sim_config_preset(ss_sim_config *c, ss_sim_preset preset) {
   c->max_rate_hz = 20.0;
   c->burst_prob = 0.0;
   c->burst_attenuation = 1.0;
+  c->decay_law = SS_SIM_DECAY_POWER;
   c->decay_min_um = c->decay_max_um = 30.0;
+}
+
+/* An enumeration field: 0 .. n-1. */
+static void check_choice(ss_ctx *ctx, int *bad, const char *field, int v, int n, const char *expect) {
+  if (v >= 0 && v < n) return;
+  ss_problem(ctx, SS_ERR_INPUT, "simulate: %s: expected %s, got %d", field, expect, v);
+  *bad = 1;
 }
 
 static void check_range(ss_ctx *ctx, int *bad, const char *field, double v, double lo, double hi, int lo_open,
@@ -160,20 +170,13 @@ ss_status ss_sim_config_validate(ss_ctx *ctx, const ss_sim_config *c) {
   check_range(ctx, &bad, "rate_hz", c->rate_hz, 1000, 1e6, 0, "a sampling rate in [1000, 1e6] Hz");
   if (c->n_units != SS_SIM_UNITS_AUTO)
     check_range(ctx, &bad, "n_units", c->n_units, 0, 100000, 0, "a unit count in [0, 100000] or -1 (auto)");
-  if (c->placement != SS_SIM_PLACE_UNIFORM && c->placement != SS_SIM_PLACE_SPREAD) {
-    ss_problem(ctx, SS_ERR_INPUT, "simulate: placement: expected uniform (0) or spread (1), got %d", (int)c->placement);
-    bad = 1;
-  }
+  check_choice(ctx, &bad, "placement", (int)c->placement, 2, "uniform (0) or spread (1)");
   check_range(ctx, &bad, "min_unit_distance_um", c->min_unit_distance_um, 0, 1000, 0, "a distance in [0, 1000] µm");
   check_range(ctx, &bad, "median_snr", c->median_snr, 0, 1000, 1, "a number in (0, 1000]");
   check_range(ctx, &bad, "snr_spread", c->snr_spread, 1, 1000, 0, "a ratio in [1, 1000]");
   check_range(ctx, &bad, "noise_uv", c->noise_uv, 0, 10000, 1, "a noise level in (0, 10000] µV");
   check_range(ctx, &bad, "drift_um_per_s", fabs(c->drift_um_per_s), 0, 1000, 0, "a drift in [-1000, 1000] µm/s");
-  if (c->rate_law != SS_SIM_RATES_LOGNORMAL && c->rate_law != SS_SIM_RATES_LOGUNIFORM) {
-    ss_problem(ctx, SS_ERR_INPUT, "simulate: rate_law: expected lognormal (0) or loguniform (1), got %d",
-               (int)c->rate_law);
-    bad = 1;
-  }
+  check_choice(ctx, &bad, "rate_law", (int)c->rate_law, 2, "lognormal (0) or loguniform (1)");
   check_range(ctx, &bad, "median_rate_hz", c->median_rate_hz, 0, 1000, 1, "a firing rate in (0, 1000] Hz");
   check_range(ctx, &bad, "rate_log_sd", c->rate_log_sd, 0, 5, 0, "a log s.d. in [0, 5]");
   check_range(ctx, &bad, "min_rate_hz", c->min_rate_hz, 0, 1000, 1, "a firing rate in (0, 1000] Hz");
@@ -191,6 +194,7 @@ ss_status ss_sim_config_validate(ss_ctx *ctx, const ss_sim_config *c) {
   check_range(ctx, &bad, "burst_prob", c->burst_prob, 0, 1, 0, "a probability in [0, 1]");
   check_range(ctx, &bad, "burst_attenuation", c->burst_attenuation, 0, 1, 1, "a factor in (0, 1]");
   check_range(ctx, &bad, "burst_isi_ms", c->burst_isi_ms, 0, 1000, 0, "an interval in [0, 1000] ms");
+  check_choice(ctx, &bad, "decay_law", (int)c->decay_law, 2, "exponential (0) or power (1)");
   check_range(ctx, &bad, "decay_min_um", c->decay_min_um, 0, 1000, 1, "a length in (0, 1000] µm");
   check_range(ctx, &bad, "decay_max_um", c->decay_max_um, c->decay_min_um, 1000, 0,
               "a length in [decay_min_um, 1000] µm");
@@ -246,7 +250,7 @@ static void add_spike(const ss_sim *s, int u, int64_t ts, double frac, double sc
   double y = s->truth.y_um[u] + s->cfg.drift_um_per_s * ((double)ts / rate);
   double dx = s->cx[c] - s->truth.x_um[u], dy = s->cy[c] - y, z = s->truth.z_um[u];
   double d = sqrt(dx * dx + dy * dy + z * z);
-  double amp = s->truth.amplitude_uv[u] * scale * spatial_factor(d, un->decay_um) / un->a_ref;
+  double amp = s->truth.amplitude_uv[u] * scale * spatial_factor(s, un, d) / un->a_ref;
   if (amp < SIM_NEGLIGIBLE_UV) return;
   double delay = fmin((d - z) / SIM_CONDUCTION_UM_PER_MS, SIM_MAX_DELAY_MS) * rate / 1000.0;
   double trough = (double)ts + frac + delay;
@@ -355,7 +359,7 @@ static ss_status init_unit(ss_ctx *ctx, ss_sim *s, int u) {
     double dx = s->cx[c] - t->x_um[u], dy = s->cy[c] - t->y_um[u], z = t->z_um[u];
     dmin = fmin(dmin, sqrt(dx * dx + dy * dy + z * z));
   }
-  un->a_ref = spatial_factor(dmin, un->decay_um);
+  un->a_ref = spatial_factor(s, un, dmin);
   return build_table(ctx, un, s->cfg.rate_hz);
 }
 

@@ -7,8 +7,8 @@
  *  - by default 30 units per 32 channels (scaled with the channel count), so neighbours overlap;
  *  - a biphasic waveform per unit (narrow negative trough, slower positive repolarisation; a
  *    difference of Gaussians about 1–1.5 ms long) with a per-unit width, peak-to-trough amplitude
- *    decaying with distance as 1/(1 + (d/d0)^2) with a per-unit d0, and a small conduction delay
- *    per channel;
+ *    decaying with distance as exp(-d/d0) (or 1/(1 + (d/d0)^2)) with a per-unit d0, and a small
+ *    conduction delay per channel;
  *  - Poisson firing with an absolute refractory period, rates lognormal (clipped to [min, max] Hz)
  *    or log-uniform in [min, max]; some firing events are bursts of 2–4 spikes 3–8 ms apart;
  *  - per-spike amplitude variation, amplitude attenuation within bursts (each spike less than
@@ -48,8 +48,15 @@ typedef enum {
   SS_SIM_PLACE_SPREAD       /* best of 8 uniform candidates: the farthest from the units placed */
 } ss_sim_placement;
 
+/* How a unit's amplitude falls off with distance d from it (d0: the unit's decay length). */
+typedef enum {
+  SS_SIM_DECAY_EXPONENTIAL = 0, /* exp(-d / d0) */
+  SS_SIM_DECAY_POWER            /* 1 / (1 + (d / d0)^2) */
+} ss_sim_decay_law;
+
 /* Named settings: REALISTIC is ss_sim_config_defaults(); EASY is the earlier default model (20
- * units spread apart, median SNR 10, log-uniform rates in 0.5–20 Hz, no bursts, one decay length),
+ * units spread apart, median SNR 10, log-uniform rates in 0.5–20 Hz, no bursts, power-law decay
+ * with one decay length),
  * which the short tests use. */
 typedef enum { SS_SIM_PRESET_REALISTIC = 0, SS_SIM_PRESET_EASY } ss_sim_preset;
 
@@ -77,8 +84,9 @@ typedef struct {
   double burst_prob;           /* per-unit burst probability per firing event: uniform in [0, this], default 0.3 */
   double burst_attenuation;    /* amplitude factor per spike within a burst, default 0.8 (1: none) */
   double burst_isi_ms;         /* intervals below this count as within a burst, default 10 */
+  ss_sim_decay_law decay_law;  /* default exponential */
   double decay_min_um;         /* per-unit spatial decay length d0 uniform in [min, max] µm, */
-  double decay_max_um;         /* default 20 .. 40 */
+  double decay_max_um;         /* default 10 .. 40 */
   double conversion_uv;        /* µV per int16 step, default 0.195 (Intan) */
 } ss_sim_config;
 

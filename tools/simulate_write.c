@@ -145,12 +145,13 @@ static void write_sidecar(FILE *f, const ss_sim *s, const char *bin_path) {
           "\"snr_spread\": %.17g, \"noise_uv\": %.17g, \"drift_um_per_s\": %.17g, \"min_rate_hz\": %.17g, "
           "\"max_rate_hz\": %.17g, \"rate_law\": \"%s\", \"median_rate_hz\": %.17g, \"rate_log_sd\": %.17g, "
           "\"refractory_ms\": %.17g, \"amplitude_jitter\": %.17g, \"burst_prob\": %.17g, "
-          "\"burst_attenuation\": %.17g, \"burst_isi_ms\": %.17g, \"decay_min_um\": %.17g, "
-          "\"decay_max_um\": %.17g},\n",
+          "\"burst_attenuation\": %.17g, \"burst_isi_ms\": %.17g, \"decay_law\": \"%s\", "
+          "\"decay_min_um\": %.17g, \"decay_max_um\": %.17g},\n",
           c->seed, c->duration_s, c->n_units, c->median_snr, c->snr_spread, c->noise_uv, c->drift_um_per_s,
           c->min_rate_hz, c->max_rate_hz, c->rate_law == SS_SIM_RATES_LOGUNIFORM ? "loguniform" : "lognormal",
           c->median_rate_hz, c->rate_log_sd, c->refractory_ms, c->amplitude_jitter, c->burst_prob, c->burst_attenuation,
-          c->burst_isi_ms, c->decay_min_um, c->decay_max_um);
+          c->burst_isi_ms, c->decay_law == SS_SIM_DECAY_POWER ? "power" : "exponential", c->decay_min_um,
+          c->decay_max_um);
   fprintf(f, "  \"channel_x_um\": [");
   for (int ch = 0; ch < C; ch++) {
     double x, y;
