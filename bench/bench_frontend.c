@@ -147,7 +147,7 @@ int main(int argc, char **argv) {
   snprintf(bin, sizeof(bin), "%s/bench_frontend_%ld.bin", tmpdir, (long)getpid());
   ss_status st = ss_probe_load_file(&ctx, PROBE, 40.0, &probe);
   ss_sim_config c;
-  ss_sim_config_defaults(&c);
+  ss_sim_config_preset(&c, SS_SIM_PRESET_EASY); /* the recorded results' workload */
   c.duration_s = seconds;
   c.rate_hz = RATE;
   if (st == SS_OK) st = ss_sim_write(&ctx, &c, &probe, bin, SS_SIM_FORMAT_BINARY, 0, NULL);

@@ -167,7 +167,7 @@ static ss_status make_workload(ss_ctx *ctx, const bench_args *a, workload *w) {
   SS_TRY(probe_file(ctx, a, w));
   SS_TRY(ss_probe_load_file(ctx, w->probe, ADJACENCY_RADIUS_UM, &probe));
   ss_sim_config c;
-  ss_sim_config_defaults(&c);
+  ss_sim_config_preset(&c, SS_SIM_PRESET_EASY); /* the recorded results' workload */
   c.duration_s = a->seconds;
   c.rate_hz = RATE;
   c.seed = 7;

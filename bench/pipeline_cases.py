@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 
-UNITS_PER_32_CHANNELS = 20   # simulate's default density, kept on the larger probes
+UNITS_PER_32_CHANNELS = 20   # the easy preset's density, kept on the larger probes
 ROW_PITCH_UM = 20.0          # vertical pitch of the generated probes (Neuropixels-like)
 
 
@@ -135,7 +135,7 @@ def main():
         rec = os.path.join(work, "sim_%s.nwb" % name)
         units = UNITS_PER_32_CHANNELS * ch // 32
         t0 = time.monotonic()
-        rc = run([ss, "simulate", "-o", rec, "--duration", str(dur), "--seed", seed, "--probe", probe,
+        rc = run([ss, "simulate", "-o", rec, "--preset", "easy", "--duration", str(dur), "--seed", seed, "--probe", probe,
                   "--units", str(units), "-q"], rec + ".log")
         sim_s = time.monotonic() - t0
         if rc != 0:

@@ -60,7 +60,7 @@ SS=$BUILD/spikestream
 # the published cases' recordings and features (CPU only) while the GPU tests run
 (
   for L in $LENGTHS; do
-    "$SS" simulate -o "$WORK/rec$L.nwb" --duration "$L" -q > /dev/null 2>&1 &&
+    "$SS" simulate -o "$WORK/rec$L.nwb" --preset easy --duration "$L" -q > /dev/null 2>&1 &&
       "$SS" detect "$WORK/rec$L.nwb" -o "$WORK/det$L" --overwrite -q > /dev/null 2>&1 || echo "prepare $L s failed"
   done
 ) > "$WORK/published_prepare.log" 2>&1 &

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end `spikestream sort` speed as a multiple of real time on a simulated recording (default
-# 600 s, 32 channels, 30 kHz, simulate's defaults otherwise), on this machine's CPU. Adds the case
+# 600 s, 32 channels, 30 kHz, simulate's easy preset otherwise: the recorded results' workload), on
+# this machine's CPU. Adds the case
 # "sort_end_to_end" and the summary key sort_realtime_factor_10min_cpu (or _5min_ with DURATION=300)
 # to bench/results/mask_em_cpu.json, keeping everything else in it.
 # usage: bench/run_sort.sh [BUILD_DIR]   (env: DURATION=600 SEED=1 THREADS=all WORK=/tmp/ss_sort_bench)
@@ -13,7 +14,7 @@ seed=${SEED:-1}
 work=${WORK:-/tmp/ss_sort_bench}
 threads=${THREADS:-}
 mkdir -p "$work"
-"$ss" simulate -o "$work/sim.nwb" --duration "$duration" --seed "$seed" --quiet | head -n 1
+"$ss" simulate -o "$work/sim.nwb" --preset easy --duration "$duration" --seed "$seed" --quiet | head -n 1
 "$ss" sort "$work/sim.nwb" -o "$work/sorted" --overwrite ${threads:+--threads "$threads"} -q | tee "$work/summary.txt"
 "$ss" compare "$work/sorted/results.h5" "$work/sim.nwb" --exclude 0 | tail -n 4 | tee "$work/compare.txt"
 python3 - "$work/summary.txt" "$work/compare.txt" "$duration" bench/results/mask_em_cpu.json <<'PY'
@@ -39,7 +40,7 @@ case = {
     "realtime_factor": duration / total,
     "well_detected": compare.strip().splitlines()[0],
     "date": datetime.date.today().isoformat(),
-    "note": "one run (not a median: a 10-minute sort is long on 2 cores); simulate defaults, seed %s" % os.environ.get("SEED", "1"),
+    "note": "one run (not a median: a 10-minute sort is long on 2 cores); simulate --preset easy, seed %s" % os.environ.get("SEED", "1"),
 }
 doc = json.load(open(out)) if os.path.exists(out) else {"bench": "mask_em_cpu", "cases": [], "summary": {}}
 doc["cases"] = [c for c in doc.get("cases", []) if c.get("case") != "sort_end_to_end"] + [case]

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: install dependencies, build, run every CTest test. The GPU group (label
-# "gpu") runs on a machine with a CUDA device and is reported as skipped, with the reason, elsewhere.
+# The whole test suite: install dependencies, build, run every CTest test but the accuracy
+# acceptance test (label "accuracy", docs/testing.md: `ctest -L accuracy` runs it). The GPU group
+# (label "gpu") runs on a machine with a CUDA device and is reported as skipped, with the reason,
+# elsewhere.
 # Then the format check (scripts/format.sh --check) and a CPU-only build with AddressSanitizer and
 # UndefinedBehaviorSanitizer in ${build}-asan, whose CPU tests must run without a single report.
 # Last, every libFuzzer target for SPIKESTREAM_FUZZ_SECONDS (default 60) each (scripts/fuzz.sh;
@@ -10,7 +12,7 @@ cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
 build=${SPIKESTREAM_BUILD_DIR:-build}
 rc=0
-(cd "$build" && ctest --output-on-failure -j"$(nproc)") || rc=$?
+(cd "$build" && ctest --output-on-failure -j"$(nproc)" -LE accuracy) || rc=$?
 log="$build/Testing/Temporary/LastTest.log"
 if grep -q "skipped: no CUDA device" "$log" 2>/dev/null; then
   echo "GPU group: $(grep -c '^skipped: no CUDA device' "$log") test program(s)" \
@@ -33,7 +35,7 @@ mkdir -p "$reports"
 (cd "$san" &&
  ASAN_OPTIONS="detect_leaks=1:exitcode=86:log_path=$reports/asan" \
  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:exitcode=86" \
- ctest --output-on-failure -j"$(nproc)" -LE gpu) || rc=$?
+ ctest --output-on-failure -j"$(nproc)" -LE 'gpu|accuracy') || rc=$?
 if [ -n "$(ls -A "$reports")" ]; then
   echo "sanitizer reports:"
   for f in "$reports"/*; do

@@ -400,7 +400,7 @@ static void sim_block_make(sim_block *b) {
   if (ss_probe_load_file(&ctx, PROBE_DIR "two_column_32.json", PROBE_RADIUS_UM, &probe) != SS_OK)
     fail_msg("%s", ss_error_message(&ctx));
   ss_sim_config c;
-  ss_sim_config_defaults(&c);
+  ss_sim_config_preset(&c, SS_SIM_PRESET_EASY);
   c.duration_s = SIM_SECONDS;
   c.rate_hz = SIM_RATE_HZ;
   c.seed = seed;

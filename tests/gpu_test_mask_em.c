@@ -174,7 +174,7 @@ static void fits_agree_simulated(void **state) {
   (void)state;
   char base[512], fet[700], fmask[700], args[2048];
   ss_test_path(base, sizeof(base), "simrec");
-  snprintf(args, sizeof(args), "simulate -o '%s.nwb' --duration %d -q", base, SIM_SECONDS);
+  snprintf(args, sizeof(args), "simulate -o '%s.nwb' --preset easy --duration %d -q", base, SIM_SECONDS);
   char *out, *err;
   int rc = ss_test_run_cli(args, &out, &err);
   if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);
@@ -279,7 +279,7 @@ static void sort_device_cuda(void **state) {
   (void)state;
   char base[512], args[2048], clu[2][800];
   ss_test_path(base, sizeof(base), "sortrec");
-  snprintf(args, sizeof(args), "simulate -o '%s.nwb' --duration %d --seed 4 -q", base, SIM_SECONDS);
+  snprintf(args, sizeof(args), "simulate -o '%s.nwb' --preset easy --duration %d --seed 4 -q", base, SIM_SECONDS);
   char *out, *err;
   int rc = ss_test_run_cli(args, &out, &err);
   if (rc != 0) fail_msg("%s: exit %d: %s", args, rc, err);

@@ -192,7 +192,8 @@ static inline int live_fixture_make(live_fixture *f, const char *name, double du
   snprintf(f->model, sizeof(f->model), "%s/model.h5", f->dir);
   snprintf(leaf, sizeof(leaf), "%s.sock", name);
   ss_test_path(f->sock, sizeof(f->sock), leaf);
-  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --seed %d -q", base, duration, seed);
+  snprintf(args, sizeof(args), "simulate -o '%s' --preset easy --format binary --duration %g --seed %d -q", base,
+           duration, seed);
   int code = ss_test_run_cli(args, &out, &err);
   if (code == 0) {
     free(out);

@@ -7,7 +7,7 @@
 
 ss_sim_config ss_test_sim_config(double duration_s, double rate_hz, uint64_t seed) {
   ss_sim_config c;
-  ss_sim_config_defaults(&c);
+  ss_sim_config_preset(&c, SS_SIM_PRESET_EASY);
   c.duration_s = duration_s;
   c.rate_hz = rate_hz;
   c.seed = seed;
@@ -16,7 +16,7 @@ ss_sim_config ss_test_sim_config(double duration_s, double rate_hz, uint64_t see
 
 ss_sim_config ss_test_sim_units(double duration_s, int n_units, double median_snr, uint64_t seed) {
   ss_sim_config c;
-  ss_sim_config_defaults(&c);
+  ss_sim_config_preset(&c, SS_SIM_PRESET_EASY);
   c.duration_s = duration_s;
   c.n_units = n_units;
   c.median_snr = median_snr;

@@ -11,10 +11,12 @@
 #include "io/source.h"
 #include "params/probe.h"
 
-/* ss_sim_config_defaults with the three fields every test sets. */
+/* The easy preset (SS_SIM_PRESET_EASY: the short tests' recordings, unchanged when the defaults
+ * move) with the three fields every test sets. */
 ss_sim_config ss_test_sim_config(double duration_s, double rate_hz, uint64_t seed);
 /* The sort tests' recording: n_units units of similar SNR (spread SS_TEST_SIM_SNR_SPREAD around
- * median_snr) firing at SS_TEST_SIM_MIN_HZ..SS_TEST_SIM_MAX_HZ, at the simulator's default rate. */
+ * median_snr) firing at SS_TEST_SIM_MIN_HZ..SS_TEST_SIM_MAX_HZ, at the simulator's default sampling
+ * rate, otherwise the easy preset. */
 #define SS_TEST_SIM_SNR_SPREAD 2.0
 #define SS_TEST_SIM_MIN_HZ 5.0
 #define SS_TEST_SIM_MAX_HZ 15.0

@@ -136,7 +136,7 @@ static void detect_device_cpu(void **state) {
   (void)state;
   char *out, *err, rec[4096], dir[2][4096], fet[2][8400], args[16384];
   ss_test_path(rec, sizeof(rec), "device.nwb");
-  snprintf(args, sizeof(args), "simulate -q -o '%s' --duration 2 --units 5 --seed 3", rec);
+  snprintf(args, sizeof(args), "simulate -q -o '%s' --preset easy --duration 2 --units 5 --seed 3", rec);
   assert_int_equal(run(args, &out, &err), 0);
   free(out), free(err);
   char why[256];

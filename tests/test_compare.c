@@ -491,7 +491,7 @@ static void command_line(void **state) {
   char *out, *err, args[4096], gt[512], json[512];
   ss_test_path(gt, sizeof(gt), "gt.nwb");
   ss_test_path(json, sizeof(json), "self.json");
-  snprintf(args, sizeof(args), "simulate -o '%s' --duration 4 --units 6 --seed 9 --quiet", gt);
+  snprintf(args, sizeof(args), "simulate -o '%s' --preset easy --duration 4 --units 6 --seed 9 --quiet", gt);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
   free(out), free(err);
   snprintf(args, sizeof(args), "compare '%s' '%s' --json '%s'", gt, gt, json);

@@ -690,7 +690,8 @@ static int replay_setup(void **state) {
   (void)state;
   ss_test_path(sim_bin, sizeof(sim_bin), "sim.bin");
   char args[1024];
-  snprintf(args, sizeof(args), "simulate -q -o '%s' --format binary --duration " SIM_DURATION " --units 3 --seed %llu",
+  snprintf(args, sizeof(args),
+           "simulate -q -o '%s' --preset easy --format binary --duration " SIM_DURATION " --units 3 --seed %llu",
            sim_bin, (unsigned long long)(seed % 1000000));
   char *out, *err;
   int rc = ss_test_run_cli(args, &out, &err);

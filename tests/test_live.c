@@ -668,7 +668,8 @@ static void train_seconds(void **state) {
   snprintf(bin, sizeof(bin), "%s.bin", base);
   ss_test_path(dir, sizeof(dir), "train_dir");
   snprintf(model, sizeof(model), "%s/sort/model.h5", dir);
-  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration %g --units 4 --snr 15 --seed 7 -q", base,
+  snprintf(args, sizeof(args),
+           "simulate -o '%s' --preset easy --format binary --duration %g --units 4 --snr 15 --seed 7 -q", base,
            TRAIN_DURATION);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
   free(out);

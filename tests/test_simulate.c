@@ -1,7 +1,8 @@
 /* test_simulate.c — the ground-truth simulator: bit-for-bit reproducibility and chunk independence,
  * measured SNR / noise / rates against what was asked, refractoriness, noise correlation and colour,
- * waveform shape, drift, NWB and binary output (structure checked, samples identical), and the
- * `simulate` command line. */
+ * waveform shape, drift, the realistic defaults (unit count per channel, lognormal rates, bursts and
+ * their amplitude attenuation) and the easy preset, NWB and binary output (structure checked,
+ * samples identical), and the `simulate` command line. */
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
@@ -105,6 +106,7 @@ static void snr_noise_and_rates_as_asked(void **state) {
   ss_sim_config c;
   ss_sim_config_defaults(&c);
   c.duration_s = 20;
+  c.n_units = 20;
   c.median_snr = 12;
   c.noise_uv = 8;
   c.seed = 7;
@@ -250,14 +252,25 @@ static void config_rejected_with_reasons(void **state) {
   assert_int_equal(ss_sim_config_validate(&ctx, &c), SS_ERR_INPUT);
   assert_string_equal(ss_error_message(&ctx),
                       "simulate: duration_s: expected a number of seconds > 0, got -1\n"
-                      "simulate: n_units: expected a unit count in [0, 100000], got -2\n"
+                      "simulate: n_units: expected a unit count in [0, 100000] or -1 (auto), got -2\n"
                       "simulate: noise_uv: expected a noise level in (0, 10000] µV, got 0\n"
                       "simulate: max_rate_hz: expected a firing rate in [min_rate_hz, 1000] Hz, got 0.1");
   ss_sim_config_defaults(&c);
   c.refractory_ms = 60;
   assert_int_equal(ss_sim_config_validate(&ctx, &c), SS_ERR_INPUT);
-  assert_string_equal(ss_error_message(&ctx), "simulate: refractory_ms: expected a number in [0, 50) (below the mean "
-                                              "interval at max_rate_hz), got 60");
+  assert_string_equal(ss_error_message(&ctx), "simulate: refractory_ms: expected a number in [0, 33.3333) (below the "
+                                              "mean interval at max_rate_hz), got 60");
+  ss_sim_config_defaults(&c);
+  c.burst_prob = 2;
+  c.burst_attenuation = 0;
+  c.decay_max_um = 5;
+  c.rate_law = (ss_sim_rate_law)7;
+  assert_int_equal(ss_sim_config_validate(&ctx, &c), SS_ERR_INPUT);
+  assert_string_equal(ss_error_message(&ctx),
+                      "simulate: rate_law: expected lognormal (0) or loguniform (1), got 7\n"
+                      "simulate: burst_prob: expected a probability in [0, 1], got 2\n"
+                      "simulate: burst_attenuation: expected a factor in (0, 1], got 0\n"
+                      "simulate: decay_max_um: expected a length in [decay_min_um, 1000] µm, got 5");
   ss_sim_config_defaults(&c);
   c.duration_s = 1e-6;
   assert_int_equal(ss_sim_config_validate(&ctx, &c), SS_ERR_INPUT);
@@ -358,12 +371,23 @@ static void command_line(void **state) {
   snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration 1 --units 2 --rate 20000 --quiet", path);
   assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
   free(out), free(err);
+  /* the defaults scale the unit count with the probe; a preset's settings yield to the options */
+  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration 1 --quiet", path);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
+  assert_non_null(strstr(out, "32 channels, 1 s at 30000 Hz, 30 units"));
+  free(out), free(err);
+  snprintf(args, sizeof(args), "simulate -o '%s' --format binary --duration 1 --quiet --seed 5 --preset easy", path);
+  assert_int_equal(ss_test_run_cli(args, &out, &err), 0);
+  assert_non_null(strstr(out, "32 channels, 1 s at 30000 Hz, 20 units"));
+  assert_non_null(strstr(out, "seed 5"));
+  free(out), free(err);
   struct {
     const char *args, *err;
   } bad[] = {
       {"simulate --duration 1", "spikestream simulate: give the output file with -o FILE\n"},
       {"simulate -o x.nwb --duration abc", "spikestream simulate: --duration: expected a number, got \"abc\"\n"},
-      {"simulate -o x.nwb --units -3", "spikestream simulate: --units: expected an integer >= 0, got \"-3\"\n"},
+      {"simulate -o x.nwb --units -3", "spikestream simulate: --units: expected an integer >= 0 or auto, got \"-3\"\n"},
+      {"simulate -o x.nwb --preset hard", "spikestream simulate: --preset: expected realistic or easy, got \"hard\"\n"},
       {"simulate -o x.nwb --format csv", "spikestream simulate: --format: expected nwb or binary, got \"csv\"\n"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -375,9 +399,94 @@ static void command_line(void **state) {
   assert_string_equal(err,
                       "spikestream simulate: simulate: noise_uv: expected a noise level in (0, 10000] µV, got -1\n");
   free(out), free(err);
+  assert_int_equal(ss_test_run_cli("simulate -o x.nwb --burst-prob 2", &out, &err), 1);
+  assert_string_equal(err, "spikestream simulate: simulate: burst_prob: expected a probability in [0, 1], got 2\n");
+  free(out), free(err);
   assert_int_equal(ss_test_run_cli("simulate -o x.nwb --probe /nonexistent/probe.json", &out, &err), 1);
   assert_non_null(strstr(err, "/nonexistent/probe.json"));
   free(out), free(err);
+}
+
+/* Defaults: 30 units per 32 channels (scaled with the channels), lognormal rates clipped to
+ * [0.5, 30] Hz around a 12 Hz median; the easy preset keeps 20 units at log-uniform rates. */
+static void realistic_defaults(void **state) {
+  (void)state;
+  ss_sim_config c;
+  ss_sim_config_defaults(&c);
+  c.duration_s = 0.5;
+  ss_sim *s = make(&c);
+  assert_int_equal(ss_sim_get_config(s)->n_units, 30);
+  assert_int_equal(ss_sim_get_truth(s)->n_units, 30);
+  ss_sim_free(s);
+  c.n_units = 400;
+  s = make(&c);
+  const ss_sim_truth *t = ss_sim_get_truth(s);
+  double rates[400];
+  int clipped = 0;
+  for (int u = 0; u < 400; u++) {
+    rates[u] = t->rate_hz[u];
+    assert_true(rates[u] >= 0.5 && rates[u] <= 30);
+    clipped += rates[u] == 30;
+  }
+  assert_true(fabs(median(rates, 400) / 12 - 1) < 0.15);
+  assert_true(clipped > 10 && clipped < 80); /* about 10 % above 30 Hz before clipping */
+  ss_sim_free(s);
+  ss_sim_config_preset(&c, SS_SIM_PRESET_EASY);
+  assert_int_equal(c.n_units, 20);
+  assert_int_equal(c.rate_law, SS_SIM_RATES_LOGUNIFORM);
+  assert_true(c.burst_prob == 0 && c.burst_attenuation == 1);
+}
+
+/* The amplitude of unit u's spike k on channel pc: minus the trough near its sample. */
+static double trough_at(const float *x, int64_t n, int pc, int64_t ts) {
+  double lo = 0;
+  for (int64_t t = ts - 3; t <= ts + 3 && t < n; t++) lo = fmin(lo, x[t * 32 + pc]);
+  return -lo;
+}
+
+/* Bursts: spikes 3-8 ms apart in runs of 2-4; within a run each spike is 0.8 times the previous
+ * one, and the first spike after a longer interval is back at full amplitude. */
+static void bursts_attenuate(void **state) {
+  (void)state;
+  ss_sim_config c;
+  short_config(&c);
+  c.duration_s = 20;
+  c.n_units = 1;
+  c.median_rate_hz = c.min_rate_hz = c.max_rate_hz = 5;
+  c.burst_prob = 1; /* the unit's own probability is drawn in [0, 1] */
+  c.noise_uv = 0.05;
+  c.median_snr = 1000;
+  c.snr_spread = 1;
+  c.amplitude_jitter = 0;
+  ss_sim *s = make(&c);
+  const ss_sim_truth *t = ss_sim_get_truth(s);
+  int64_t n = ss_sim_n_samples(s), within = 0, after_gap = 0, ns = t->n_spikes[0];
+  const int64_t *ts = t->spike_samples[0];
+  assert_true(t->burst_prob[0] > 0.1);
+  float *x = render_all(s, n);
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  assert_int_equal(ss_sim_finish(&ctx, s), SS_OK);
+  int pc = t->peak_channel[0];
+  for (int64_t k = 1; k < ns; k++) {
+    int64_t isi = ts[k] - ts[k - 1];
+    double r = trough_at(x, n, pc, ts[k]) / trough_at(x, n, pc, ts[k - 1]);
+    if (isi < 300) {                        /* within a burst (10 ms) */
+      assert_true(isi >= 90 && isi <= 240); /* 3-8 ms */
+      if (k >= 2 && ts[k - 1] - ts[k - 2] >= 300) {
+        if (fabs(r - 0.8) > 0.04) fail_msg("spike %lld: %.3f of the previous one, not 0.8", (long long)k, r);
+        within++;
+      }
+    } else if (k >= 2 && ts[k - 1] - ts[k - 2] < 300) {
+      if (r < 1.15) fail_msg("spike %lld after a burst: %.3f of the previous one, not recovered", (long long)k, r);
+      after_gap++;
+    }
+  }
+  assert_true(within >= 5 && after_gap >= 5);
+  /* the mean spike keeps the asked amplitude (SNR 1000 at noise 0.05: 50 µV) */
+  assert_true(fabs(t->template_ptp_uv[0] / 50.0 - 1) < 0.05);
+  free(x);
+  ss_sim_free(s);
 }
 
 int main(void) {
@@ -389,6 +498,8 @@ int main(void) {
       cmocka_unit_test(waveform_trough_then_slower_peak),
       cmocka_unit_test(drift_moves_units),
       cmocka_unit_test(config_rejected_with_reasons),
+      cmocka_unit_test(realistic_defaults),
+      cmocka_unit_test(bursts_attenuate),
       cmocka_unit_test(nwb_and_binary_outputs_agree),
       cmocka_unit_test(command_line),
   };

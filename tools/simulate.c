@@ -15,7 +15,7 @@
 #define SIM_Z_MIN_UM 10.0     /* distance off the probe plane */
 #define SIM_Z_MAX_UM 60.0
 #define SIM_POSITION_CANDIDATES 8      /* best-candidate sampling: keeps units apart */
-#define SIM_DECAY_D0_UM 30.0           /* amplitude ∝ 1 / (1 + (d / d0)^2) */
+#define SIM_POSITION_TRIES 100         /* uniform placement: draws per unit before the farthest is kept */
 #define SIM_CONDUCTION_UM_PER_MS 400.0 /* per-channel delay = (d - z) / speed ... */
 #define SIM_MAX_DELAY_MS 0.5           /* ... capped */
 #define SIM_TROUGH_SIGMA_MS 0.10       /* negative phase: Gaussian s.d. at width 1 */
@@ -32,6 +32,12 @@
 #define SIM_OVERSAMPLE 16             /* waveform table points per sample (linear interpolation) */
 #define SIM_NORM_GRID 4096            /* grid that finds the waveform's peak-to-trough */
 #define SIM_AMP_CLIP_SD 3.0           /* per-spike amplitude: 1 + jitter * clip(N(0,1), ±3) */
+#define SIM_BURST_MIN_SPIKES 2        /* a burst has 2 .. 4 spikes (uniform) ... */
+#define SIM_BURST_MAX_SPIKES 4
+#define SIM_BURST_ISI_MIN_MS 3.0 /* ... 3 .. 8 ms apart (uniform; at least the refractory period) */
+#define SIM_BURST_ISI_MAX_MS 8.0
+#define SIM_ATTENUATION_FLOOR 0.5     /* attenuation within a burst stops at half the amplitude */
+#define SIM_EVENT_GAP_MIN 0.1         /* exponential part of an event interval: at least this share */
 #define SIM_NEGLIGIBLE_UV 0.01        /* contributions below this (1/20 of a step) are skipped */
 #define SIM_NOISE_KERNEL_UM 10.0      /* spatial noise correlation: Gaussian kernel s.d. ... */
 #define SIM_NOISE_KERNEL_CUTOFF 3.0   /* ... truncated at 3 s.d. */
@@ -44,7 +50,7 @@
 #define SIM_MAX_SAMPLES ((int64_t)1 << 40)
 
 /* Random streams of the SS_RNG_SIMULATE purpose: kind in the high 32 bits, index in the low. */
-enum { STREAM_LAYOUT = 1, STREAM_UNIT, STREAM_TRAIN, STREAM_SPIKE, STREAM_NOISE };
+enum { STREAM_LAYOUT = 1, STREAM_UNIT, STREAM_TRAIN, STREAM_SPIKE, STREAM_NOISE, STREAM_BURST };
 enum { LAYOUT_POSITIONS = 0, LAYOUT_SNR_ORDER = 1 };
 #define SPIKE_DRAWS 3 /* per spike: two for the amplitude normal, one for the sub-sample offset */
 
@@ -52,6 +58,7 @@ static uint64_t stream_id(int kind, uint64_t index) { return ((uint64_t)kind << 
 
 typedef struct {
   double width, repol_delay_ms, repol_sigma_ms, repol_ratio;
+  double decay_um;  /* spatial decay length d0 */
   double a_ref;     /* spatial factor of the nearest contact at time 0 */
   double pre, post; /* support before / after the trough, in samples */
   float *table;     /* normalised waveform (peak-to-trough 1), SIM_OVERSAMPLE per sample */
@@ -79,8 +86,10 @@ struct ss_sim {
 
 /* --- small helpers --------------------------------------------------------------------------- */
 
-static double spatial_factor(double d_um) {
-  double r = d_um / SIM_DECAY_D0_UM;
+/* amplitude ∝ exp(-d / d0) (exponential law) or 1 / (1 + (d / d0)^2) (power law) */
+static double spatial_factor(const ss_sim *s, const sim_unit *un, double d_um) {
+  double r = d_um / un->decay_um;
+  if (s->cfg.decay_law == SS_SIM_DECAY_EXPONENTIAL) return exp(-r);
   return 1.0 / (1.0 + r * r);
 }
 
@@ -102,17 +111,49 @@ void ss_sim_config_defaults(ss_sim_config *c) {
   memset(c, 0, sizeof(*c));
   c->duration_s = 60.0;
   c->rate_hz = 30000.0;
-  c->n_units = 20;
-  c->median_snr = 10.0;
+  c->n_units = SS_SIM_UNITS_AUTO;
+  c->placement = SS_SIM_PLACE_UNIFORM;
+  c->min_unit_distance_um = 20.0;
+  c->median_snr = 20.0;
   c->snr_spread = 10.0;
   c->seed = 1;
   c->noise_uv = 10.0;
   c->drift_um_per_s = 0.0;
+  c->rate_law = SS_SIM_RATES_LOGNORMAL;
+  c->median_rate_hz = 12.0;
+  c->rate_log_sd = 0.7;
   c->min_rate_hz = 0.5;
-  c->max_rate_hz = 20.0;
+  c->max_rate_hz = 30.0;
   c->refractory_ms = 2.5;
   c->amplitude_jitter = 0.1;
+  c->burst_prob = 0.3;
+  c->burst_attenuation = 0.8;
+  c->burst_isi_ms = 10.0;
+  c->decay_law = SS_SIM_DECAY_EXPONENTIAL;
+  c->decay_min_um = 10.0;
+  c->decay_max_um = 40.0;
   c->conversion_uv = 0.195;
+}
+
+void ss_sim_config_preset(ss_sim_config *c, ss_sim_preset preset) {
+  ss_sim_config_defaults(c);
+  if (preset != SS_SIM_PRESET_EASY) return;
+  c->n_units = 20;
+  c->median_snr = 10.0;
+  c->placement = SS_SIM_PLACE_SPREAD;
+  c->rate_law = SS_SIM_RATES_LOGUNIFORM;
+  c->max_rate_hz = 20.0;
+  c->burst_prob = 0.0;
+  c->burst_attenuation = 1.0;
+  c->decay_law = SS_SIM_DECAY_POWER;
+  c->decay_min_um = c->decay_max_um = 30.0;
+}
+
+/* An enumeration field: 0 .. n-1. */
+static void check_choice(ss_ctx *ctx, int *bad, const char *field, int v, int n, const char *expect) {
+  if (v >= 0 && v < n) return;
+  ss_problem(ctx, SS_ERR_INPUT, "simulate: %s: expected %s, got %d", field, expect, v);
+  *bad = 1;
 }
 
 static void check_range(ss_ctx *ctx, int *bad, const char *field, double v, double lo, double hi, int lo_open,
@@ -127,11 +168,17 @@ ss_status ss_sim_config_validate(ss_ctx *ctx, const ss_sim_config *c) {
   ss_ctx_clear(ctx);
   check_range(ctx, &bad, "duration_s", c->duration_s, 0, 1e7, 1, "a number of seconds > 0");
   check_range(ctx, &bad, "rate_hz", c->rate_hz, 1000, 1e6, 0, "a sampling rate in [1000, 1e6] Hz");
-  check_range(ctx, &bad, "n_units", c->n_units, 0, 100000, 0, "a unit count in [0, 100000]");
+  if (c->n_units != SS_SIM_UNITS_AUTO)
+    check_range(ctx, &bad, "n_units", c->n_units, 0, 100000, 0, "a unit count in [0, 100000] or -1 (auto)");
+  check_choice(ctx, &bad, "placement", (int)c->placement, 2, "uniform (0) or spread (1)");
+  check_range(ctx, &bad, "min_unit_distance_um", c->min_unit_distance_um, 0, 1000, 0, "a distance in [0, 1000] µm");
   check_range(ctx, &bad, "median_snr", c->median_snr, 0, 1000, 1, "a number in (0, 1000]");
   check_range(ctx, &bad, "snr_spread", c->snr_spread, 1, 1000, 0, "a ratio in [1, 1000]");
   check_range(ctx, &bad, "noise_uv", c->noise_uv, 0, 10000, 1, "a noise level in (0, 10000] µV");
   check_range(ctx, &bad, "drift_um_per_s", fabs(c->drift_um_per_s), 0, 1000, 0, "a drift in [-1000, 1000] µm/s");
+  check_choice(ctx, &bad, "rate_law", (int)c->rate_law, 2, "lognormal (0) or loguniform (1)");
+  check_range(ctx, &bad, "median_rate_hz", c->median_rate_hz, 0, 1000, 1, "a firing rate in (0, 1000] Hz");
+  check_range(ctx, &bad, "rate_log_sd", c->rate_log_sd, 0, 5, 0, "a log s.d. in [0, 5]");
   check_range(ctx, &bad, "min_rate_hz", c->min_rate_hz, 0, 1000, 1, "a firing rate in (0, 1000] Hz");
   check_range(ctx, &bad, "max_rate_hz", c->max_rate_hz, c->min_rate_hz, 1000, 0,
               "a firing rate in [min_rate_hz, 1000] Hz");
@@ -144,6 +191,13 @@ ss_status ss_sim_config_validate(ss_ctx *ctx, const ss_sim_config *c) {
     bad = 1;
   }
   check_range(ctx, &bad, "amplitude_jitter", c->amplitude_jitter, 0, 0.3, 0, "a relative s.d. in [0, 0.3]");
+  check_range(ctx, &bad, "burst_prob", c->burst_prob, 0, 1, 0, "a probability in [0, 1]");
+  check_range(ctx, &bad, "burst_attenuation", c->burst_attenuation, 0, 1, 1, "a factor in (0, 1]");
+  check_range(ctx, &bad, "burst_isi_ms", c->burst_isi_ms, 0, 1000, 0, "an interval in [0, 1000] ms");
+  check_choice(ctx, &bad, "decay_law", (int)c->decay_law, 2, "exponential (0) or power (1)");
+  check_range(ctx, &bad, "decay_min_um", c->decay_min_um, 0, 1000, 1, "a length in (0, 1000] µm");
+  check_range(ctx, &bad, "decay_max_um", c->decay_max_um, c->decay_min_um, 1000, 0,
+              "a length in [decay_min_um, 1000] µm");
   check_range(ctx, &bad, "conversion_uv", c->conversion_uv, 0, 1e6, 1, "µV per step > 0");
   if (!bad && (double)llround(c->duration_s * c->rate_hz) > (double)SIM_MAX_SAMPLES) {
     ss_problem(ctx, SS_ERR_INPUT, "simulate: duration_s: %g s at %g Hz is too many samples", c->duration_s, c->rate_hz);
@@ -196,7 +250,7 @@ static void add_spike(const ss_sim *s, int u, int64_t ts, double frac, double sc
   double y = s->truth.y_um[u] + s->cfg.drift_um_per_s * ((double)ts / rate);
   double dx = s->cx[c] - s->truth.x_um[u], dy = s->cy[c] - y, z = s->truth.z_um[u];
   double d = sqrt(dx * dx + dy * dy + z * z);
-  double amp = s->truth.amplitude_uv[u] * scale * spatial_factor(d) / un->a_ref;
+  double amp = s->truth.amplitude_uv[u] * scale * spatial_factor(s, un, d) / un->a_ref;
   if (amp < SIM_NEGLIGIBLE_UV) return;
   double delay = fmin((d - z) / SIM_CONDUCTION_UM_PER_MS, SIM_MAX_DELAY_MS) * rate / 1000.0;
   double trough = (double)ts + frac + delay;
@@ -223,25 +277,32 @@ static ss_status alloc_truth(ss_ctx *ctx, ss_sim_truth *t, int n_units, int n_ch
       SS_CALLOC(ctx, t->x_um, n, "ground truth") || SS_CALLOC(ctx, t->y_um, n, "ground truth") ||
       SS_CALLOC(ctx, t->z_um, n, "ground truth") || SS_CALLOC(ctx, t->rate_hz, n, "ground truth") ||
       SS_CALLOC(ctx, t->target_snr, n, "ground truth") || SS_CALLOC(ctx, t->amplitude_uv, n, "ground truth") ||
-      SS_CALLOC(ctx, t->width, n, "ground truth") || SS_CALLOC(ctx, t->snr, n, "ground truth") ||
+      SS_CALLOC(ctx, t->width, n, "ground truth") || SS_CALLOC(ctx, t->decay_um, n, "ground truth") ||
+      SS_CALLOC(ctx, t->burst_prob, n, "ground truth") || SS_CALLOC(ctx, t->snr, n, "ground truth") ||
       SS_CALLOC(ctx, t->peak_channel, n, "ground truth") || SS_CALLOC(ctx, t->template_ptp_uv, n, "ground truth") ||
       SS_CALLOC(ctx, t->noise_sigma_uv, n_channels, "ground truth"))
     return SS_ERR_NOMEM;
   return SS_OK;
 }
 
-/* Positions by best-candidate sampling within the probe's extent plus a margin. */
+/* Positions within the probe's extent plus a margin: best-candidate sampling (SPREAD: of
+ * SIM_POSITION_CANDIDATES draws, the farthest from the units already placed), or UNIFORM: the first
+ * draw at least min_unit_distance_um from every placed unit (after SIM_POSITION_TRIES draws, the
+ * farthest of them), so neighbours may sit as close as real cells do. */
 static void place_units(ss_sim *s) {
   double x0 = DBL_MAX, x1 = -DBL_MAX, y0 = DBL_MAX, y1 = -DBL_MAX;
   for (int c = 0; c < s->n_channels; c++) {
     x0 = fmin(x0, s->cx[c]), x1 = fmax(x1, s->cx[c]);
     y0 = fmin(y0, s->cy[c]), y1 = fmax(y1, s->cy[c]);
   }
+  int spread = s->cfg.placement == SS_SIM_PLACE_SPREAD;
+  int tries = spread ? SIM_POSITION_CANDIDATES : SIM_POSITION_TRIES;
+  double enough = s->cfg.min_unit_distance_um * s->cfg.min_unit_distance_um;
   ss_rng r = ss_rng_make(s->cfg.seed, SS_RNG_SIMULATE, stream_id(STREAM_LAYOUT, LAYOUT_POSITIONS));
   ss_sim_truth *t = &s->truth;
   for (int u = 0; u < t->n_units; u++) {
     double best = -1;
-    for (int k = 0; k < SIM_POSITION_CANDIDATES; k++) {
+    for (int k = 0; k < tries && (spread || best < enough); k++) {
       double x = uniform_in(&r, x0 - SIM_MARGIN_XY_UM, x1 + SIM_MARGIN_XY_UM);
       double y = uniform_in(&r, y0 - SIM_MARGIN_XY_UM, y1 + SIM_MARGIN_XY_UM);
       double z = uniform_in(&r, SIM_Z_MIN_UM, SIM_Z_MAX_UM);
@@ -280,62 +341,113 @@ static ss_status init_unit(ss_ctx *ctx, ss_sim *s, int u) {
   ss_rng r = ss_rng_make(s->cfg.seed, SS_RNG_SIMULATE, stream_id(STREAM_UNIT, (uint64_t)u));
   sim_unit *un = &s->units[u];
   ss_sim_truth *t = &s->truth;
-  t->rate_hz[u] = exp(uniform_in(&r, log(s->cfg.min_rate_hz), log(s->cfg.max_rate_hz)));
+  const ss_sim_config *c = &s->cfg;
+  double log_uniform_rate = exp(uniform_in(&r, log(c->min_rate_hz), log(c->max_rate_hz)));
   un->width = t->width[u] = uniform_in(&r, SIM_WIDTH_MIN, SIM_WIDTH_MAX);
   un->repol_delay_ms = uniform_in(&r, SIM_REPOL_DELAY_MIN_MS, SIM_REPOL_DELAY_MAX_MS);
   un->repol_sigma_ms = uniform_in(&r, SIM_REPOL_SIGMA_MIN_MS, SIM_REPOL_SIGMA_MAX_MS);
   un->repol_ratio = uniform_in(&r, SIM_REPOL_RATIO_MIN, SIM_REPOL_RATIO_MAX);
-  t->amplitude_uv[u] = t->target_snr[u] * s->cfg.noise_uv;
+  /* drawn after the parameters above, so that settings without them give the same units as before */
+  double lognormal_rate = c->median_rate_hz * exp(c->rate_log_sd * ss_rng_next_normal(&r));
+  un->decay_um = t->decay_um[u] = uniform_in(&r, c->decay_min_um, c->decay_max_um);
+  t->burst_prob[u] = uniform_in(&r, 0.0, c->burst_prob);
+  t->rate_hz[u] = c->rate_law == SS_SIM_RATES_LOGUNIFORM ? log_uniform_rate
+                                                         : fmin(c->max_rate_hz, fmax(c->min_rate_hz, lognormal_rate));
+  t->amplitude_uv[u] = t->target_snr[u] * c->noise_uv;
   double dmin = DBL_MAX;
   for (int c = 0; c < s->n_channels; c++) {
     double dx = s->cx[c] - t->x_um[u], dy = s->cy[c] - t->y_um[u], z = t->z_um[u];
     dmin = fmin(dmin, sqrt(dx * dx + dy * dy + z * z));
   }
-  un->a_ref = spatial_factor(dmin);
+  un->a_ref = spatial_factor(s, un, dmin);
   return build_table(ctx, un, s->cfg.rate_hz);
 }
 
-/* Poisson spike train with an absolute refractory period, in samples: interval = refractory +
- * exponential with the mean that keeps the asked rate. Spikes whose waveform would leave the
- * recording are dropped, so every ground-truth spike is complete. */
-static ss_status draw_train(ss_ctx *ctx, ss_sim *s, int u) {
-  double rate = s->cfg.rate_hz;
+/* Append spike time t to the train, growing it when full. */
+static ss_status push_spike(ss_ctx *ctx, int64_t **times, int64_t *n, int64_t *cap, int64_t t) {
+  if (*n == *cap) {
+    int64_t *grown = realloc(*times, (size_t)(*cap * 2) * sizeof(**times));
+    if (!grown) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory for a spike train (%lld spikes)", (long long)*cap * 2);
+    *times = grown, *cap *= 2;
+  }
+  (*times)[(*n)++] = t;
+  return SS_OK;
+}
+
+/* Intervals within a burst, in samples: uniform in [3, 8] ms, never below the refractory period. */
+static void burst_isi_range(const ss_sim *s, double *lo, double *hi) {
+  double ms_lo = fmax(SIM_BURST_ISI_MIN_MS, s->cfg.refractory_ms), ms_hi = fmax(SIM_BURST_ISI_MAX_MS, ms_lo);
+  *lo = ms_lo * s->cfg.rate_hz / 1000.0;
+  *hi = ms_hi * s->cfg.rate_hz / 1000.0;
+}
+
+/* Poisson firing events with an absolute refractory period, in samples; an event is a burst with
+ * the unit's probability. Event interval = the previous burst's length + refractory + exponential,
+ * with the mean that keeps the asked spike rate (bursts included). Spikes whose waveform would leave
+ * the recording are dropped, so every ground-truth spike is complete. */
+static ss_status draw_times(ss_ctx *ctx, ss_sim *s, int u, int64_t **out, int64_t *n_out) {
+  double rate = s->cfg.rate_hz, p = s->truth.burst_prob[u], isi_lo, isi_hi;
+  burst_isi_range(s, &isi_lo, &isi_hi);
   int64_t ref = (int64_t)ceil(s->cfg.refractory_ms * rate / 1000.0 - 1e-9);
-  double mean_isi = rate / s->truth.rate_hz[u];
-  double exp_mean = mean_isi - (double)ref;
+  double mean_len = 0.5 * (SIM_BURST_MIN_SPIKES + SIM_BURST_MAX_SPIKES);
+  double spikes_per_event = 1.0 + p * (mean_len - 1.0);
+  double mean_isi = rate / s->truth.rate_hz[u], mean_event = mean_isi * spikes_per_event;
+  double burst_extent = p * (mean_len - 1.0) * 0.5 * (isi_lo + isi_hi);
+  double exp_mean = fmax(mean_event - (double)ref - burst_extent, SIM_EVENT_GAP_MIN * mean_event);
   ss_rng r = ss_rng_make(s->cfg.seed, SS_RNG_SIMULATE, stream_id(STREAM_TRAIN, (uint64_t)u));
+  ss_rng b = ss_rng_make(s->cfg.seed, SS_RNG_SIMULATE, stream_id(STREAM_BURST, (uint64_t)u));
   int64_t cap = (int64_t)(s->n_samples / mean_isi * 1.2) + 16, n = 0;
   int64_t *times;
   SS_TRY(SS_ALLOC(ctx, times, cap, "spike train"));
-  /* the first spike: an exponential wait from time 0 at the mean interval */
-  double t = floor(-log(1.0 - ss_rng_next_uniform(&r)) * mean_isi);
-  while (t < (double)(s->n_samples - s->max_post)) {
-    if (t >= (double)s->max_pre) {
-      if (n == cap) {
-        int64_t *grown = realloc(times, (size_t)(cap * 2) * sizeof(*times));
-        if (!grown) {
-          free(times);
-          return ss_fail(ctx, SS_ERR_NOMEM, "out of memory for a spike train (%lld spikes)", (long long)cap * 2);
-        }
-        times = grown, cap *= 2;
+  double end = (double)(s->n_samples - s->max_post);
+  /* the first event: an exponential wait from time 0 at the mean interval */
+  double t = floor(-log(1.0 - ss_rng_next_uniform(&r)) * mean_event);
+  while (t < end) {
+    int len = 1; /* no burst draws for a unit that never bursts: its train stays as without bursts */
+    if (p > 0 && ss_rng_next_uniform(&b) < p)
+      len = SIM_BURST_MIN_SPIKES + (int)ss_rng_next_below(&b, SIM_BURST_MAX_SPIKES - SIM_BURST_MIN_SPIKES + 1);
+    for (int i = 0; i < len && t < end; i++) {
+      if (i > 0) t += floor(uniform_in(&b, isi_lo, isi_hi));
+      if (t >= (double)s->max_pre && t < end && push_spike(ctx, &times, &n, &cap, (int64_t)t) != SS_OK) {
+        free(times);
+        return SS_ERR_NOMEM;
       }
-      times[n++] = (int64_t)t;
     }
     t += (double)ref + floor(-log(1.0 - ss_rng_next_uniform(&r)) * exp_mean);
   }
+  *out = times;
+  *n_out = n;
+  return SS_OK;
+}
+
+/* The unit's train and its per-spike draws: amplitude factor (jitter, times the attenuation of a
+ * spike within a burst: each spike less than burst_isi_ms after the previous one has
+ * burst_attenuation times its amplitude, down to SIM_ATTENUATION_FLOOR (or burst_attenuation when
+ * lower); the next longer interval restores it) and sub-sample offset. The unit's amplitude is
+ * divided by its mean attenuation, so that the mean spike keeps the asked SNR. */
+static ss_status draw_train(ss_ctx *ctx, ss_sim *s, int u) {
+  int64_t n, *times;
+  SS_TRY(draw_times(ctx, s, u, &times, &n));
   s->truth.spike_samples[u] = times;
   s->truth.n_spikes[u] = n;
   sim_unit *un = &s->units[u];
   SS_TRY(SS_ALLOC(ctx, un->frac, n ? n : 1, "spike offsets"));
   SS_TRY(SS_ALLOC(ctx, un->scale, n ? n : 1, "spike amplitudes"));
+  double burst_isi = s->cfg.burst_isi_ms * s->cfg.rate_hz / 1000.0, att = 1.0, att_sum = 0;
+  double floor_att = fmin(SIM_ATTENUATION_FLOOR, s->cfg.burst_attenuation);
   ss_rng a = ss_rng_make(s->cfg.seed, SS_RNG_SIMULATE, stream_id(STREAM_SPIKE, (uint64_t)u));
   for (int64_t k = 0; k < n; k++) {
+    if (k > 0 && (double)(times[k] - times[k - 1]) < burst_isi) att = fmax(floor_att, att * s->cfg.burst_attenuation);
+    else att = 1.0;
+    att_sum += att;
     a.index = (uint64_t)k * SPIKE_DRAWS;
     double g = ss_rng_next_normal(&a);
     g = fmax(-SIM_AMP_CLIP_SD, fmin(SIM_AMP_CLIP_SD, g));
-    un->scale[k] = (float)(1.0 + s->cfg.amplitude_jitter * g);
+    un->scale[k] = (float)(att * (1.0 + s->cfg.amplitude_jitter * g));
     un->frac[k] = (float)(ss_rng_next_uniform(&a) - 0.5);
   }
+  /* the unit's mean spike, attenuated ones included, keeps the asked SNR */
+  if (n > 0) s->truth.amplitude_uv[u] /= att_sum / (double)n;
   return SS_OK;
 }
 
@@ -394,6 +506,9 @@ ss_status ss_sim_create(ss_ctx *ctx, const ss_sim_config *c, const ss_probe *pro
   s->cfg = *c;
   int C = ss_probe_n_wired(probe);
   s->n_channels = C;
+  if (c->n_units == SS_SIM_UNITS_AUTO)
+    s->cfg.n_units = (int)fmax(1.0, floor(SS_SIM_UNITS_PER_32_CHANNELS * C / 32.0 + 0.5));
+  c = &s->cfg;
   s->n_samples = llround(c->duration_s * c->rate_hz);
   ss_status st = SS_OK;
   if ((st = SS_ALLOC(ctx, s->cx, C, "probe positions")) || (st = SS_ALLOC(ctx, s->cy, C, "probe positions")) ||
@@ -434,7 +549,8 @@ void ss_sim_free(ss_sim *s) {
     if (s->units) free(s->units[u].table), free(s->units[u].frac), free(s->units[u].scale);
   }
   free(t->n_spikes), free(t->spike_samples), free(t->x_um), free(t->y_um), free(t->z_um), free(t->rate_hz);
-  free(t->target_snr), free(t->amplitude_uv), free(t->width), free(t->snr), free(t->peak_channel);
+  free(t->target_snr), free(t->amplitude_uv), free(t->width), free(t->decay_um), free(t->burst_prob);
+  free(t->snr), free(t->peak_channel);
   free(t->template_ptp_uv), free(t->noise_sigma_uv);
   free(s->units), free(s->cx), free(s->cy);
   free(s->mix_start), free(s->mix_idx), free(s->mix_w), free(s->noise_key), free(s->sumsq);

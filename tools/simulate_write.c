@@ -144,9 +144,15 @@ static void write_sidecar(FILE *f, const ss_sim *s, const char *bin_path) {
   fprintf(f,
           "  \"simulation\": {\"seed\": %" PRIu64 ", \"duration_s\": %.17g, \"n_units\": %d, \"median_snr\": %.17g, "
           "\"snr_spread\": %.17g, \"noise_uv\": %.17g, \"drift_um_per_s\": %.17g, \"min_rate_hz\": %.17g, "
-          "\"max_rate_hz\": %.17g, \"refractory_ms\": %.17g, \"amplitude_jitter\": %.17g},\n",
+          "\"max_rate_hz\": %.17g, \"rate_law\": \"%s\", \"median_rate_hz\": %.17g, \"rate_log_sd\": %.17g, "
+          "\"refractory_ms\": %.17g, \"amplitude_jitter\": %.17g, \"burst_prob\": %.17g, "
+          "\"burst_attenuation\": %.17g, \"burst_isi_ms\": %.17g, \"decay_law\": \"%s\", "
+          "\"decay_min_um\": %.17g, \"decay_max_um\": %.17g},\n",
           c->seed, c->duration_s, c->n_units, c->median_snr, c->snr_spread, c->noise_uv, c->drift_um_per_s,
-          c->min_rate_hz, c->max_rate_hz, c->refractory_ms, c->amplitude_jitter);
+          c->min_rate_hz, c->max_rate_hz, c->rate_law == SS_SIM_RATES_LOGUNIFORM ? "loguniform" : "lognormal",
+          c->median_rate_hz, c->rate_log_sd, c->refractory_ms, c->amplitude_jitter, c->burst_prob, c->burst_attenuation,
+          c->burst_isi_ms, c->decay_law == SS_SIM_DECAY_POWER ? "power" : "exponential", c->decay_min_um,
+          c->decay_max_um);
   fprintf(f, "  \"channel_x_um\": [");
   for (int ch = 0; ch < C; ch++) {
     double x, y;
@@ -166,9 +172,9 @@ static void write_sidecar(FILE *f, const ss_sim *s, const char *bin_path) {
     fprintf(f,
             "%s\n    {\"id\": %d, \"x_um\": %.17g, \"y_um\": %.17g, \"z_um\": %.17g, \"rate_hz\": %.17g, "
             "\"target_snr\": %.17g, \"snr\": %.17g, \"peak_channel\": %d, \"template_ptp_uv\": %.17g, "
-            "\"n_spikes\": %" PRId64 ",\n     \"spike_samples\": [",
+            "\"decay_um\": %.17g, \"burst_prob\": %.17g, \"n_spikes\": %" PRId64 ",\n     \"spike_samples\": [",
             u ? "," : "", u, t->x_um[u], t->y_um[u], t->z_um[u], t->rate_hz[u], t->target_snr[u], t->snr[u],
-            (int)t->peak_channel[u], t->template_ptp_uv[u], t->n_spikes[u]);
+            (int)t->peak_channel[u], t->template_ptp_uv[u], t->decay_um[u], t->burst_prob[u], t->n_spikes[u]);
     for (int64_t k = 0; k < t->n_spikes[u]; k++) fprintf(f, "%s%" PRId64, k ? ", " : "", t->spike_samples[u][k]);
     fprintf(f, "]}");
   }
