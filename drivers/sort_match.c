@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/order.h"
 #include "drivers/sort_internal.h"
 #include "stages/match/match.h"
 #include "stages/templates/templates.h"
@@ -19,7 +20,7 @@ typedef struct {
   int64_t m;
   ss_match_work work;
   ss_match_list list;
-  float *feat, *mask, *ampl;
+  float *feat, *mask, *ampl, *resid;
   size_t cap_feat;
 } match_slot;
 
@@ -36,6 +37,7 @@ typedef struct {
   ss_match_bank bank;
   ss_spikes out; /* the matched spikes */
   int32_t *labels;
+  float *resid; /* [matched spikes]: residual energy per footprint sample, noise variances */
   int64_t cap_out;
 } match_job;
 
@@ -182,6 +184,24 @@ static void wave_masks(const match_job *j, const float *wave, int peak, float *m
   mask[peak] = 1.0f;
 }
 
+/* What a matched spike leaves: the residual's energy over the unit's template window and footprint,
+ * per sample, in noise variances (1 for a spike its template explains down to the noise). */
+static float fit_residual(const ss_match_bank *b, const ss_fe_view *v, int64_t t, int u) {
+  const int64_t r0 = t - b->n_before;
+  double e = 0;
+  int64_t m = 0;
+  for (int w = 0; w < b->W; w++) {
+    if (r0 + w < 0 || r0 + w >= v->n_rows) continue;
+    for (int32_t q = b->fp_start[u]; q < b->fp_start[u + 1]; q++) {
+      const int c = b->fp[q];
+      const double x = v->x[(r0 + w) * b->C + c] * b->scale[c];
+      e += x * x;
+      m++;
+    }
+  }
+  return m ? (float)(e / (double)m) : 0.0f;
+}
+
 static ss_status match_chunk(ss_ctx *ctx, void *user, int slot, ss_fe_view *v) {
   match_job *j = user;
   match_slot *sl = &j->slots[slot];
@@ -204,6 +224,8 @@ static ss_status match_chunk(ss_ctx *ctx, void *user, int slot, ss_fe_view *v) {
   SS_TRY(grow(ctx, (void **)&sl->mask, &cap, mm * C * P, sizeof(float), "matched masks"));
   cap = sl->cap_feat;
   SS_TRY(grow(ctx, (void **)&sl->ampl, &cap, mm * C * P, sizeof(float), "matched amplitudes"));
+  cap = sl->cap_feat;
+  SS_TRY(grow(ctx, (void **)&sl->resid, &cap, mm * C * P, sizeof(float), "matched residuals"));
   sl->cap_feat = cap;
   for (int64_t q = 0; q < m; q++) {
     const int u = sl->list.unit[q];
@@ -211,6 +233,7 @@ static ss_status match_chunk(ss_ctx *ctx, void *user, int slot, ss_fe_view *v) {
     clean_wave(j, v, sl->list.row[q], u, sl->list.amp[q], wave);
     wave_masks(j, wave, j->bank.peak_chan[u], sl->mask + (size_t)q * C);
     sl->ampl[q] = wave[(size_t)j->bank.peak_chan[u] * nw + j->s->fe.detect.n_before];
+    sl->resid[q] = fit_residual(&j->bank, v, sl->list.row[q], u);
   }
   sl->m = m;
   return ss_pca_project_cpu(ctx, &j->s->fe.pca, sl->buf, m, sl->feat);
@@ -230,6 +253,8 @@ static ss_status out_reserve(ss_ctx *ctx, match_job *j, int64_t n) {
   SS_TRY(grow(ctx, (void **)&o->features, &k4, c * F, sizeof(float), "matched features"));
   SS_TRY(grow(ctx, (void **)&o->masks, &k5, c * j->C, sizeof(float), "matched masks"));
   SS_TRY(grow(ctx, (void **)&j->labels, &k6, c, sizeof(int32_t), "matched labels"));
+  size_t k7 = 0;
+  SS_TRY(grow(ctx, (void **)&j->resid, &k7, c, sizeof(float), "matched residuals"));
   j->cap_out = cap;
   return SS_OK;
 }
@@ -250,6 +275,7 @@ static ss_status match_collect(ss_ctx *ctx, void *user, int slot, const ss_fe_vi
     memcpy(o->features + i * F, sl->feat + q * F, F * sizeof(float));
     memcpy(o->masks + i * j->C, sl->mask + q * j->C, (size_t)j->C * sizeof(float));
     j->labels[i] = u + 1;
+    j->resid[i] = sl->resid[q];
   }
   return SS_OK;
 }
@@ -281,6 +307,7 @@ static void job_free(match_job *j) {
     free(sl->feat);
     free(sl->mask);
     free(sl->ampl);
+    free(sl->resid);
     ss_match_work_free(&sl->work);
     ss_match_list_free(&sl->list);
   }
@@ -293,6 +320,7 @@ static void job_free(match_job *j) {
   ss_match_bank_free(&j->bank);
   ss_spikes_free(&j->out);
   free(j->labels);
+  free(j->resid);
 }
 
 /* Swap the matched table in: the spikes, labels 1..K (0, noise, is empty), the raw labels. */
@@ -314,8 +342,42 @@ static ss_status adopt(ss_ctx *ctx, match_job *j, ss_sort_state *s) {
   return SS_OK;
 }
 
-/* One round: templates of the current labels' units, matching, the matched table adopted. */
-static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s, int *done) {
+/* may_split[c] for the matched units (labels 1..K): the median fit residual of the unit's spikes is
+ * above match.split_residual, so its template does not explain them (two units, or a catch-all). */
+static ss_status poor_fits(ss_ctx *ctx, const match_job *j, const ss_sort_state *s, uint8_t **may_split) {
+  const int64_t n = s->spikes.n, k = s->k;
+  int64_t *start = NULL, *fill = NULL;
+  double *v = NULL;
+  ss_status st = SS_CALLOC(ctx, start, (size_t)k + 1, "fit residuals");
+  if (st == SS_OK) st = SS_ALLOC(ctx, fill, (size_t)k + 1, "fit residuals");
+  if (st == SS_OK) st = SS_ALLOC(ctx, v, (size_t)n + 1, "fit residuals");
+  if (st == SS_OK) st = SS_CALLOC(ctx, *may_split, (size_t)k + 1, "units to split");
+  if (st == SS_OK) {
+    for (int64_t i = 0; i < n; i++) start[s->labels[i] + 1]++;
+    for (int64_t c = 0; c < k; c++) start[c + 1] += start[c];
+    memcpy(fill, start, (size_t)k * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) v[fill[s->labels[i]]++] = j->resid[i];
+    int64_t n_poor = 0;
+    for (int64_t c = 1; c < k; c++) {
+      const int64_t m = start[c + 1] - start[c];
+      const double med = m ? ss_order_median(v + start[c], m) : 0;
+      (*may_split)[c] = med > s->o->params.match.split_residual;
+      n_poor += (*may_split)[c];
+      ss_log_debug(ctx, "match: unit %" PRId64 ": %" PRId64 " spikes, median fit residual %.3f", c, m, med);
+    }
+    ss_log_info(ctx, "sort: match: %" PRId64 " of %" PRId64 " units fit their spikes worse than %g noise variances",
+                n_poor, k - 1, s->o->params.match.split_residual);
+  }
+  free(start);
+  free(fill);
+  free(v);
+  return st;
+}
+
+/* One round: templates of the current labels' units, matching, the matched table adopted; the units
+ * whose template fits poorly flagged in *may_split. */
+static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s, int *done,
+                            uint8_t **may_split) {
   const ss_params *p = &s->o->params;
   const double t0 = ss_now();
   match_job j = {.s = s, .C = s->spikes.n_channels};
@@ -352,6 +414,7 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
     st = ss_frontend_pass(ctx, be, p, src, s->probe, &s->fe, &pass);
   }
   if (st == SS_OK) st = adopt(ctx, &j, s);
+  if (st == SS_OK) st = poor_fits(ctx, &j, s, may_split);
   if (st == SS_OK)
     ss_log_info(ctx, "sort: match: %" PRId64 " spikes from %" PRId64 " before, %d units, %.2f s", s->spikes.n, n_before,
                 j.K, ss_now() - t1);
@@ -362,7 +425,14 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
 /* The template pass again, on the matched spikes: their features come from clean waveforms (no
  * collisions), so a unit that holds two units fails its own template there and is split. Reports
  * whether the units changed. */
-static ss_status refine(ss_ctx *ctx, ss_sort_state *s, int *changed) {
+static ss_status refine(ss_ctx *ctx, ss_sort_state *s, const uint8_t *may_split, int *changed) {
+  *changed = 0;
+  int any = 0;
+  for (int64_t c = 1; c < s->k; c++) any |= may_split[c];
+  if (!any) return SS_OK;
+  int32_t *keep = NULL;
+  SS_TRY(SS_ALLOC(ctx, keep, (size_t)s->spikes.n + 1, "matched labels"));
+  memcpy(keep, s->labels, (size_t)s->spikes.n * sizeof(int32_t));
   const ss_templates_input in = {.n = s->spikes.n,
                                  .n_channels = s->spikes.n_channels,
                                  .n_pcs = s->spikes.n_pcs,
@@ -370,15 +440,23 @@ static ss_status refine(ss_ctx *ctx, ss_sort_state *s, int *changed) {
                                  .masks = s->spikes.masks,
                                  .peak_channel = s->spikes.peak_channel,
                                  .k = s->k,
-                                 .n_threads = s->sum->n_threads};
+                                 .n_threads = s->sum->n_threads,
+                                 .may_split = may_split};
   ss_templates_result r;
-  SS_TRY(ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r));
+  ss_status st = ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r);
+  if (st != SS_OK) {
+    free(keep);
+    return st;
+  }
   ss_log_info(ctx,
               "sort: match: template pass on the matched spikes: %" PRId64 " units bisected (%" PRId64
               " parts joined a unit), %" PRId64 " -> %" PRId64 " clusters, %" PRId64 " spikes moved",
               r.n_split, r.n_joined, r.k_in, r.k_out, r.n_moved);
   *changed = r.n_split > r.n_joined || r.k_out != r.k_in;
-  s->k = r.k_out;
+  /* units unchanged: the matched labels stand (the pass's reassignment in feature space is coarser) */
+  if (*changed) s->k = r.k_out;
+  else memcpy(s->labels, keep, (size_t)s->spikes.n * sizeof(int32_t));
+  free(keep);
   return SS_OK;
 }
 
@@ -386,12 +464,16 @@ ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_so
   const ss_params *p = &s->o->params;
   if (!s->o->merge || p->match.max_rounds == 0) return SS_OK;
   int done = 0;
-  SS_TRY(match_once(ctx, be, src, s, &done));
-  for (int64_t r = 0; !done && r < p->match.refine; r++) {
+  uint8_t *may_split = NULL;
+  ss_status st = match_once(ctx, be, src, s, &done, &may_split);
+  for (int64_t r = 0; st == SS_OK && !done && r < p->match.refine; r++) {
     int changed = 0;
-    SS_TRY(refine(ctx, s, &changed));
-    if (!changed) break;
-    SS_TRY(match_once(ctx, be, src, s, &done));
+    st = refine(ctx, s, may_split, &changed);
+    free(may_split);
+    may_split = NULL;
+    if (st != SS_OK || !changed) break;
+    st = match_once(ctx, be, src, s, &done, &may_split);
   }
-  return SS_OK;
+  free(may_split);
+  return st;
 }

@@ -15,12 +15,12 @@
 #define SS_SORT_NWB_UNIT_CHANNELS 8
 
 typedef struct {
-  double **times;       /* [K] per unit, seconds */
-  int64_t *n;           /* [K] */
-  int32_t *channels;    /* [K × E] */
-  float *wave;          /* [K × W × E] µV */
-  double *x, *y;        /* [C] µm */
-  const char **labels;  /* [K] */
+  double **times;      /* [K] per unit, seconds */
+  int64_t *n;          /* [K] */
+  int32_t *channels;   /* [K × E] */
+  float *wave;         /* [K × W × E] µV */
+  double *x, *y;       /* [C] µm */
+  const char **labels; /* [K] */
   char link_file[PATH_MAX], link_path[SS_SOURCE_NAME_MAX], series[SS_SOURCE_NAME_MAX];
 } nwb_buffers;
 
@@ -46,12 +46,13 @@ static ss_status unit_times(ss_ctx *ctx, const ss_sort_state *s, int64_t K, nwb_
   SS_TRY(SS_CALLOC(ctx, b->times, (size_t)(K > 0 ? K : 1), "unit spike times"));
   SS_TRY(SS_CALLOC(ctx, b->n, (size_t)(K > 0 ? K : 1), "unit spike counts"));
   for (int64_t i = 0; i < sp->n; i++) b->n[s->labels[i]]++;
-  for (int64_t k = 0; k < K; k++) SS_TRY(SS_ALLOC(ctx, b->times[k], (size_t)(b->n[k] > 0 ? b->n[k] : 1), "unit spike times"));
+  for (int64_t k = 0; k < K; k++)
+    SS_TRY(SS_ALLOC(ctx, b->times[k], (size_t)(b->n[k] > 0 ? b->n[k] : 1), "unit spike times"));
   memset(b->n, 0, (size_t)K * sizeof(int64_t));
   for (int64_t i = 0; i < sp->n; i++) {
     int32_t k = s->labels[i];
-    b->times[k][b->n[k]++] =
-        s->info->start_time_s + ((double)sp->time_samples[i] + (double)sp->time_fraction[i]) / sp->rate_hz;
+    b->times[k][b->n[k]++] = s->info->start_time_s +
+                             ((double)sp->time_samples[i] + (double)sp->time_fraction[i]) / sp->rate_hz;
   }
   for (int64_t k = 0; k < K; k++) qsort(b->times[k], (size_t)b->n[k], sizeof(double), cmp_double);
   return SS_OK;

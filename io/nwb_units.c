@@ -118,11 +118,11 @@ static ss_status column(ss_ctx *ctx, ss_nwb_writer *w, const ss_nwb_column *c, i
   char path[SS_NWB_PATH_MAX];
   snprintf(path, sizeof(path), "/units/%s", c->name);
   switch (c->type) {
-  case SS_NWB_COL_F64:
-    return ss_nwbw_vector(ctx, w, path, H5T_NATIVE_DOUBLE, c->values, n, "VectorData", c->description, NULL);
-  case SS_NWB_COL_I64:
-    return ss_nwbw_vector(ctx, w, path, H5T_NATIVE_INT64, c->values, n, "VectorData", c->description, NULL);
-  default: return ss_nwbw_strings(ctx, w, path, (const char *const *)c->values, n, c->description);
+    case SS_NWB_COL_F64:
+      return ss_nwbw_vector(ctx, w, path, H5T_NATIVE_DOUBLE, c->values, n, "VectorData", c->description, NULL);
+    case SS_NWB_COL_I64:
+      return ss_nwbw_vector(ctx, w, path, H5T_NATIVE_INT64, c->values, n, "VectorData", c->description, NULL);
+    default: return ss_nwbw_strings(ctx, w, path, (const char *const *)c->values, n, c->description);
   }
 }
 

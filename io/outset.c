@@ -53,7 +53,8 @@ static ss_status split_dir(ss_ctx *ctx, const char *dir, char *parent, char *nam
 /* Names an output set may hold: the sort's and detect's files, the .clu/.klg that `cluster` writes
  * beside them, and the temporaries of the per-file atomic writers. */
 static int member_name(const char *n) {
-  static const char *const fixed[] = {"results.h5", "model.h5", "units.nwb", "phy", "report.html", "sort.log", SS_OUTSET_MANIFEST};
+  static const char *const fixed[] = {"results.h5",  "model.h5", "units.nwb",       "phy",
+                                      "report.html", "sort.log", SS_OUTSET_MANIFEST};
   for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
     if (strcmp(n, fixed[i]) == 0) return 1;
   if (strstr(n, ".fet.") || strstr(n, ".fmask.") || strstr(n, ".clu.") || strstr(n, ".klg.")) return 1;

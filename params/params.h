@@ -111,6 +111,7 @@ typedef struct {
     double amp_min, amp_max; /* amplitude range of a fit */
     double dead_ms;          /* no second spike of a unit this close to a matched one */
     int64_t refine;          /* template pass + matching again on the matched spikes, at most this often */
+    double split_residual;   /* ... whose step 0 looks only at units with a median fit residual above this */
   } match;
   struct {
     double refractory_ms;         /* ISI violation ratio: refractory period */

@@ -159,8 +159,8 @@ const ss_param_spec ss_param_table[] = {
         "matched over the whole recording by greedy matching pursuit, so overlapping spikes are found and each "
         "spike gets its unit and amplitude from the best template fit (stages/match/match.h; docs/accuracy.md). "
         "0: off, the detected spikes and their clusters are the output."),
-    NUM("match.before_ms", match.before_ms, 0.8, 0, 100, 1, 0, "Template window before the spike time, in ms."),
-    NUM("match.after_ms", match.after_ms, 1.2, 0, 100, 1, 0, "Template window after the spike time, in ms."),
+    NUM("match.before_ms", match.before_ms, 1.5, 0, 100, 1, 0, "Template window before the spike time, in ms."),
+    NUM("match.after_ms", match.after_ms, 2.5, 0, 100, 1, 0, "Template window after the spike time, in ms."),
     INT("match.template_spikes", match.template_spikes, 1000, 1, I64_MAX,
         "A unit's template is the mean filtered waveform of at most this many of its spikes, evenly spaced in "
         "time."),
@@ -178,6 +178,10 @@ const ss_param_spec ss_param_table[] = {
         "After matching, the template pass (templates.*) runs again on the matched spikes, whose features come "
         "from clean waveforms: when it splits or removes units, the templates are re-estimated and matching runs "
         "again, at most this many times (0: never)."),
+    NUM("match.split_residual", match.split_residual, 1.5, 0, INF, 0, 0,
+        "In that template pass, only units whose matched spikes leave a median residual above this (energy per "
+        "footprint sample over the template window, in noise variances; 1 when the template explains its spikes "
+        "down to the noise) may be bisected."),
 
     NUM("quality.refractory_ms", quality.refractory_ms, 1.5, 0, 1000, 1, 0,
         "Refractory period of the ISI violation ratio (Hill et al. 2011): intervals shorter than this violate it "

