@@ -2,7 +2,8 @@
  * (stages/match/match.c) on the same chunks: fresh random banks (K up to 30, C up to 64, unused
  * channels, clamped amplitudes) and dense random spikes in noise, several seeds (printed); one handle
  * over chunks of growing size; a large chunk (timed, printed); several host threads each driving a
- * handle; determinism; K = 0, an empty search region, max_rounds 0; a CPU backend refused.
+ * handle; determinism; K = 0, an empty search region, max_rounds 0; a CPU backend refused; `sort --device
+ * cuda` on a simulation matches on the GPU and finds as many spikes as `--device cpu`.
  *
  * Agreement asked: the (row, unit) lists equal up to 0.1 % of the spikes (near-ties; the
  * implementation aims at bit-identical results), amplitudes and gains within 1e-3 relative, the
@@ -14,8 +15,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "params/params.h"
+#include "build_config.h"
 #include "match_test_util.h"
+#include "params/params.h"
+#include "ss_test_sim.h"
 
 #define TOL_LIST_FRACTION 1e-3
 #define TOL_AMP_REL 1e-3
@@ -24,6 +27,7 @@
 #define N_THREADS 4
 
 static uint64_t seed0;
+static char sim_path[4096];
 
 typedef struct {
   int K, C, W, n_before;
@@ -413,16 +417,55 @@ static void edges_and_errors(void **state) {
   free(x);
 }
 
+/* "sort: match: N spikes from M detections" and where matching ran, from a sort's log. */
+static void sort_match_lines(const char *dev, int64_t *n_matched, char *where, size_t len) {
+  char dir[4096], args[3 * 4096], path[4200];
+  ss_test_path(dir, sizeof(dir), dev);
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --device %s", sim_path, dir, dev);
+  char *out = NULL, *err = NULL;
+  const int code = ss_test_run_cli(args, &out, &err);
+  if (code != 0) fail_msg("spikestream %s: exit %d\nstderr: %s", args, code, err);
+  free(out);
+  free(err);
+  snprintf(path, sizeof(path), "%s/sort.log", dir);
+  char *log = ss_test_slurp(path);
+  const char *a = strstr(log, "matching on "), *b = strstr(log, " spikes from ");
+  if (!a || !b) fail_msg("%s: no matching lines in sort.log:\n%s", dev, log);
+  snprintf(where, len, "%.*s", (int)strcspn(a, "\n"), a);
+  while (b > log && b[-1] != ' ') b--;
+  *n_matched = strtoll(b, NULL, 10);
+  printf("--device %s: %s; %lld matched spikes\n", dev, where, (long long)*n_matched);
+  free(log);
+}
+
+/* The driver: with a CUDA backend matching runs on the GPU, and the sort finds as many matched
+ * spikes as on the CPU (within 2 %: the stages before matching need not be bit-identical). */
+static void sort_matches_on_the_gpu(void **state) {
+  (void)state;
+  const ss_sim_config c = ss_test_sim_units(10.0, 5, 20, 3);
+  if (ss_test_simulate(SS_SOURCE_DIR "/params/probes/two_column_32.json", 40.0, &c, SS_SIM_FORMAT_NWB, "sim.nwb",
+                       sim_path, sizeof(sim_path), NULL) != 0)
+    fail_msg("simulation failed");
+  int64_t n_cpu = 0, n_gpu = 0;
+  char where_cpu[256], where_gpu[256];
+  sort_match_lines("cpu", &n_cpu, where_cpu, sizeof(where_cpu));
+  sort_match_lines("cuda", &n_gpu, where_gpu, sizeof(where_gpu));
+  assert_non_null(strstr(where_cpu, "CPU threads"));
+  if (!strstr(where_gpu, "on the GPU")) fail_msg("--device cuda: \"%s\"", where_gpu);
+  assert_true(n_cpu > 100);
+  if (fabs((double)(n_gpu - n_cpu)) > 0.02 * (double)n_cpu)
+    fail_msg("matched spikes: %lld on the CPU, %lld on the GPU", (long long)n_cpu, (long long)n_gpu);
+}
+
 int main(void) {
   ss_test_require_gpu();
   const char *fixed = getenv("SS_TEST_SEED"); /* to rerun a failing seed */
   seed0 = fixed ? strtoull(fixed, NULL, 10) : (uint64_t)time(NULL);
   printf("seed %llu (SS_TEST_SEED=%llu reruns it)\n", (unsigned long long)seed0, (unsigned long long)seed0);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(random_banks_match_cpu),
-      cmocka_unit_test(large_chunk_and_determinism),
-      cmocka_unit_test(threads_each_with_a_handle),
-      cmocka_unit_test(edges_and_errors),
+      cmocka_unit_test(random_banks_match_cpu),     cmocka_unit_test(large_chunk_and_determinism),
+      cmocka_unit_test(threads_each_with_a_handle), cmocka_unit_test(edges_and_errors),
+      cmocka_unit_test(sort_matches_on_the_gpu),
   };
   return cmocka_run_group_tests(tests, ss_test_backends_setup, ss_test_backends_teardown);
 }
