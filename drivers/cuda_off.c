@@ -11,6 +11,7 @@
 #include "stages/kmeans/kmeans.h"
 #include "stages/knn/knn.h"
 #include "stages/live/live_cuda.h"
+#include "stages/match/match.h"
 #include "stages/mask_em/mask_em.h"
 #include "stages/threshold/threshold.h"
 
@@ -179,6 +180,17 @@ void ss_live_cuda_counts(const ss_live_cuda *g, int64_t *graphed, int64_t *direc
   *graphed = *direct = *waits = 0; /* nothing ran on a device */
 }
 void ss_live_cuda_close(ss_live_cuda *g) {}
+
+/* ---- match ---- */
+
+ss_status ss_match_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_match_bank *bank, ss_match_cuda **out) {
+  *out = NULL; /* no handle */
+  return ss_cuda_not_built(ctx, "match");
+}
+ss_status ss_match_chunk_cuda(ss_ctx *ctx, ss_match_cuda *h, ss_match_chunk *ch, ss_match_list *out) {
+  return ss_cuda_not_built(ctx, "match");
+}
+void ss_match_cuda_close(ss_match_cuda *h) {}
 
 /* ---- front end ---- */
 

@@ -1,9 +1,12 @@
 /* sort_match.c — the sort driver's matching stage: the units' templates from the filtered recording at
  * their spikes' times, then a pass that matches them over the whole recording (stages/match) and
  * replaces the spike table by the matched spikes, each with features and masks cut from its own
- * waveform (the residual plus its fitted template). */
+ * waveform (the residual plus its fitted template). With a CUDA backend the chunks are matched on the
+ * GPU through a few handles that the pass's threads share (same spikes as the CPU). */
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +27,15 @@ typedef struct {
   size_t cap_feat;
 } match_slot;
 
+/* GPU handles kept by the pass: each holds a chunk's scratch on the device, so there are fewer of them
+ * than CPU threads; a thread takes its slot's handle under the handle's lock. */
+#define MATCH_GPU_HANDLES 4
+
+typedef struct {
+  ss_match_cuda *h;
+  pthread_mutex_t lock;
+} gpu_handle;
+
 typedef struct {
   const ss_sort_state *s;
   int C, W, n_before, K;
@@ -34,6 +46,8 @@ typedef struct {
   int64_t *count;      /* [K] */
   match_slot *slots;
   int n_slots;
+  gpu_handle *gpu; /* NULL: matching on the CPU */
+  int n_gpu;
   ss_match_bank bank;
   ss_spikes out; /* the matched spikes */
   int32_t *labels;
@@ -214,7 +228,15 @@ static ss_status match_chunk(ss_ctx *ctx, void *user, int slot, ss_fe_view *v) {
                        .own_begin = v->own_begin,
                        .own_end = v->own_end};
   ss_match_list_clear(&sl->list);
-  SS_TRY(ss_match_chunk_cpu(ctx, &j->bank, &ch, &sl->work, &sl->list));
+  if (j->n_gpu) {
+    gpu_handle *g = &j->gpu[slot % j->n_gpu];
+    pthread_mutex_lock(&g->lock);
+    const ss_status st = ss_match_chunk_cuda(ctx, g->h, &ch, &sl->list);
+    pthread_mutex_unlock(&g->lock);
+    SS_TRY(st);
+  } else {
+    SS_TRY(ss_match_chunk_cpu(ctx, &j->bank, &ch, &sl->work, &sl->list));
+  }
   const int64_t m = sl->list.n;
   const size_t mm = (size_t)(m > 0 ? m : 1);
   SS_TRY(grow(ctx, (void **)&sl->buf, &sl->cap_buf, mm * C * nw, sizeof(float), "matched waveforms"));
@@ -299,7 +321,25 @@ static ss_status raw_labels(ss_ctx *ctx, const match_job *j, int32_t **out) {
   return SS_OK;
 }
 
+/* With a CUDA backend: the handles the pass's threads share. */
+static ss_status open_gpu(ss_ctx *ctx, const ss_backend *be, match_job *j) {
+  if (be->kind != SS_DEVICE_CUDA) return SS_OK;
+  const int n = j->n_slots < MATCH_GPU_HANDLES ? j->n_slots : MATCH_GPU_HANDLES;
+  SS_TRY(SS_CALLOC(ctx, j->gpu, (size_t)n, "match GPU handles"));
+  for (; j->n_gpu < n; j->n_gpu++) {
+    gpu_handle *g = &j->gpu[j->n_gpu];
+    SS_TRY(ss_match_cuda_open(ctx, be, &j->bank, &g->h));
+    pthread_mutex_init(&g->lock, NULL);
+  }
+  return SS_OK;
+}
+
 static void job_free(match_job *j) {
+  for (int q = 0; q < j->n_gpu; q++) {
+    ss_match_cuda_close(j->gpu[q].h);
+    pthread_mutex_destroy(&j->gpu[q].lock);
+  }
+  free(j->gpu);
   for (int q = 0; j->slots && q < j->n_slots; q++) {
     match_slot *sl = &j->slots[q];
     free(sl->buf);
@@ -400,12 +440,14 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
     st = ss_match_bank_build(ctx, p, s->spikes.rate_hz, tmpl, j.K, j.W, j.C, j.n_before, s->fe.thresholds.sigma,
                              &j.bank);
   free(tmpl);
+  if (st == SS_OK) st = open_gpu(ctx, be, &j);
   const double t1 = ss_now();
   if (st == SS_OK) {
-    ss_log_info(ctx,
-                "sort: match: %d unit templates of %d samples (%.2f s; %d can never be matched), matching on %d CPU "
-                "threads",
-                j.K, j.W, t1 - t0, j.bank.n_unusable, j.n_slots);
+    char where[96];
+    if (j.n_gpu) snprintf(where, sizeof(where), "on the GPU (%d streams for %d CPU threads)", j.n_gpu, j.n_slots);
+    else snprintf(where, sizeof(where), "on %d CPU threads", j.n_slots);
+    ss_log_info(ctx, "sort: match: %d unit templates of %d samples (%.2f s; %d can never be matched), matching %s", j.K,
+                j.W, t1 - t0, j.bank.n_unusable, where);
     const ss_fe_pass pass = {.name = "match",
                              .reach = 3 * j.W,
                              .chunk = match_chunk,

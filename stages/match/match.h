@@ -98,6 +98,20 @@ void ss_match_work_free(ss_match_work *w);
 ss_status ss_match_chunk_cpu(ss_ctx *ctx, const ss_match_bank *bank, ss_match_chunk *ch, ss_match_work *w,
                              ss_match_list *out);
 
+/* --- CUDA (stages/match/match.cu; without SS_HAVE_CUDA every entry answers ss_cuda_not_built) -----
+ * The same spikes as ss_match_chunk_cpu on the same chunk, bit for bit: every float operation is done
+ * in the CPU's order and rounding (no fused multiply-add), so the scores, gains, amplitudes and the
+ * residual are the CPU's and the winners the same. */
+
+/* The bank on the device (templates, footprints, neighbours, cross tables, scales), scratch that grows
+ * with the chunks, and a stream of its own: several host threads may each drive one handle at once.
+ * be must be a CUDA backend; the handle keeps no pointer into bank. */
+typedef struct ss_match_cuda ss_match_cuda;
+ss_status ss_match_cuda_open(ss_ctx *ctx, const ss_backend *be, const ss_match_bank *bank, ss_match_cuda **out);
+/* As ss_match_chunk_cpu with ch->x in HOST memory: uploaded, matched, and the residual copied back. */
+ss_status ss_match_chunk_cuda(ss_ctx *ctx, ss_match_cuda *h, ss_match_chunk *ch, ss_match_list *out);
+void ss_match_cuda_close(ss_match_cuda *h);
+
 #ifdef __cplusplus
 }
 #endif
