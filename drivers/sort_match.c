@@ -464,9 +464,11 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
   return st;
 }
 
-/* The template pass again, on the matched spikes: their features come from clean waveforms (no
- * collisions), so a unit that holds two units fails its own template there and is split. Reports
- * whether the units changed. */
+/* The template pass's split (step 0, with its joins) again, on the matched spikes and only for the
+ * units that fit poorly: their features come from clean waveforms (no collisions), so a unit that holds
+ * two units fails its own template there and is bisected. No rounds of reassignment: the matched labels
+ * of the other units stand (they are finer than a fit in feature space). Reports whether labels
+ * changed. */
 static ss_status refine(ss_ctx *ctx, ss_sort_state *s, const uint8_t *may_split, int *changed) {
   *changed = 0;
   int any = 0;
@@ -483,7 +485,8 @@ static ss_status refine(ss_ctx *ctx, ss_sort_state *s, const uint8_t *may_split,
                                  .peak_channel = s->spikes.peak_channel,
                                  .k = s->k,
                                  .n_threads = s->sum->n_threads,
-                                 .may_split = may_split};
+                                 .may_split = may_split,
+                                 .split_only = 1};
   ss_templates_result r;
   ss_status st = ss_templates_assign(ctx, &s->o->params, &in, s->labels, &r);
   if (st != SS_OK) {
@@ -494,8 +497,7 @@ static ss_status refine(ss_ctx *ctx, ss_sort_state *s, const uint8_t *may_split,
               "sort: match: template pass on the matched spikes: %" PRId64 " units bisected (%" PRId64
               " parts joined a unit), %" PRId64 " -> %" PRId64 " clusters, %" PRId64 " spikes moved",
               r.n_split, r.n_joined, r.k_in, r.k_out, r.n_moved);
-  *changed = r.n_split > r.n_joined || r.k_out != r.k_in;
-  /* units unchanged: the matched labels stand (the pass's reassignment in feature space is coarser) */
+  *changed = r.n_moved > 0;
   if (*changed) s->k = r.k_out;
   else memcpy(s->labels, keep, (size_t)s->spikes.n * sizeof(int32_t));
   free(keep);

@@ -439,7 +439,7 @@ ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_template
   if (st == SS_OK) st = SS_CALLOC(ctx, ts.count, (size_t)k2, "template counts");
   if (st == SS_OK && k2 > k) st = build_templates(ctx, p, in, inv_nu, labels, &ts);
   if (st == SS_OK && k2 > k) st = join_parts(ctx, p, in, inv_nu, &ts, k, labels, &out->n_joined);
-  for (int64_t it = 0; st == SS_OK && it < p->templates.iterations; it++) {
+  for (int64_t it = 0; st == SS_OK && !in->split_only && it < p->templates.iterations; it++) {
     st = build_templates(ctx, p, in, inv_nu, labels, &ts);
     if (st != SS_OK) break;
     int64_t units = 0;

@@ -61,6 +61,7 @@ typedef struct {
   int64_t k;                   /* clusters, noise included; labels in 0..k−1 */
   int n_threads;               /* OpenMP threads (<= 0: one); the labels do not depend on it */
   const uint8_t *may_split;    /* [k]: step 0 looks only at clusters flagged here (NULL: at all) */
+  int split_only;              /* step 0 and its joins, then the renumbering: no rounds of steps 2–5 */
 } ss_templates_input;
 
 typedef struct {
