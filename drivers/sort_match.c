@@ -504,6 +504,10 @@ static ss_status refine(ss_ctx *ctx, ss_sort_state *s, const uint8_t *may_split,
   return SS_OK;
 }
 
+/* Matching, then up to match.refine rounds of: the split of poorly fitting units, templates again from
+ * the matched spikes' times, matching again. The first round always rematches: templates cut at the
+ * detections' rounded times are blurred by their ±1 sample of timing noise, and the blur's residual of
+ * a large unit is what a small unit's template then matches; cut at the matched times they are sharp. */
 ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   const ss_params *p = &s->o->params;
   if (!s->o->merge || p->match.max_rounds == 0) return SS_OK;
@@ -515,7 +519,7 @@ ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_so
     st = refine(ctx, s, may_split, &changed);
     free(may_split);
     may_split = NULL;
-    if (st != SS_OK || !changed) break;
+    if (st != SS_OK || (!changed && r > 0)) break;
     st = match_once(ctx, be, src, s, &done, &may_split);
   }
   free(may_split);

@@ -175,9 +175,10 @@ const ss_param_spec ss_param_table[] = {
     NUM("match.dead_ms", match.dead_ms, 1.0, 0, 100, 0, 0,
         "No second spike of a unit is matched this close to one of its matched spikes."),
     INT("match.refine", match.refine, 1, 0, 10,
-        "After matching, the template pass (templates.*) runs again on the matched spikes, whose features come "
-        "from clean waveforms: when it splits or removes units, the templates are re-estimated and matching runs "
-        "again, at most this many times (0: never)."),
+        "Rounds after the first matching: the split of poorly fitting units (match.split_residual), then templates "
+        "again from the matched spikes' times and matching again; the first round always runs (templates cut at "
+        "matched times are sharper than at detected ones), later ones only when the split changes labels "
+        "(0: match once)."),
     NUM("match.split_residual", match.split_residual, 1.5, 0, INF, 0, 0,
         "In that template pass, only units whose matched spikes leave a median residual above this (energy per "
         "footprint sample over the template window, in noise variances; 1 when the template explains its spikes "
