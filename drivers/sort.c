@@ -364,6 +364,7 @@ static void state_free(ss_sort_state *s) {
   ss_cluster_stats_free(&s->stats);
   ss_frontend_model_free(&s->live_fe);
   ss_live_twin_free(&s->live);
+  free(s->unit_tmpl);
 }
 
 /* Hand the labels to the summary (they outlive the state). */

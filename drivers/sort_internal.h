@@ -40,6 +40,9 @@ typedef struct {
   ss_live_twin live;
   const ss_log_memory *log; /* the sort's log lines so far (sort.log) */
   const char *write_dir;    /* where the writers put the outputs: the output set's temporary folder */
+  float *unit_tmpl;         /* the match stage's templates [k × unit_tmpl_w × C] µV (cluster 0: zeros); NULL
+                               when matching did not run */
+  int unit_tmpl_w;
 } ss_sort_state;
 
 /* The causal twin of the model (sort.live_model): a second front-end pass with filter.causal = 1

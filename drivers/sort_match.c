@@ -414,6 +414,18 @@ static ss_status poor_fits(ss_ctx *ctx, const match_job *j, const ss_sort_state 
   return st;
 }
 
+/* The units' templates for the writers (phy's templates.npy): [k × W × C] µV, cluster 0 all zero. */
+static ss_status keep_templates(ss_ctx *ctx, const match_job *j, const float *tmpl, ss_sort_state *s) {
+  const size_t WC = (size_t)j->W * j->C;
+  float *t = NULL;
+  SS_TRY(SS_CALLOC(ctx, t, (size_t)(j->K + 1) * WC, "unit templates"));
+  memcpy(t + WC, tmpl, (size_t)j->K * WC * sizeof(float));
+  free(s->unit_tmpl);
+  s->unit_tmpl = t;
+  s->unit_tmpl_w = j->W;
+  return SS_OK;
+}
+
 /* One round: templates of the current labels' units, matching, the matched table adopted; the units
  * whose template fits poorly flagged in *may_split. */
 static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s, int *done,
@@ -439,7 +451,6 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
   if (st == SS_OK)
     st = ss_match_bank_build(ctx, p, s->spikes.rate_hz, tmpl, j.K, j.W, j.C, j.n_before, s->fe.thresholds.sigma,
                              &j.bank);
-  free(tmpl);
   if (st == SS_OK) st = open_gpu(ctx, be, &j);
   const double t1 = ss_now();
   if (st == SS_OK) {
@@ -456,6 +467,8 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
     st = ss_frontend_pass(ctx, be, p, src, s->probe, &s->fe, &pass);
   }
   if (st == SS_OK) st = adopt(ctx, &j, s);
+  if (st == SS_OK) st = keep_templates(ctx, &j, tmpl, s);
+  free(tmpl);
   if (st == SS_OK) st = poor_fits(ctx, &j, s, may_split);
   if (st == SS_OK)
     ss_log_info(ctx, "sort: match: %" PRId64 " spikes from %" PRId64 " before, %d units, %.2f s", s->spikes.n, n_before,

@@ -254,7 +254,9 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
   const ss_spikes *sp = &s->spikes;
   const ss_cluster_stats *c = &s->stats;
   const int64_t N = sp->n, K = c->k;
-  const int C = c->C, W = c->W, P = c->P;
+  /* the match stage's templates when it ran (the mean filtered waveforms over its wider window), else
+     the clusters' mean waveforms from their features */
+  const int C = c->C, W = s->unit_tmpl ? s->unit_tmpl_w : c->W, P = c->P;
   size_t n1 = (size_t)(N > 0 ? N : 1);
   if (SS_ALLOC(ctx, b->amplitudes, n1, "phy amplitudes") ||
       SS_ALLOC(ctx, b->templates, (size_t)K * W * C, "phy templates") ||
@@ -266,9 +268,12 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
       SS_ALLOC(ctx, b->pc_ind, (size_t)K * F, "phy pc_feature_ind") ||
       SS_ALLOC(ctx, b->ids, (size_t)K, "phy cluster ids") || SS_ALLOC(ctx, b->groups, (size_t)K, "phy cluster groups"))
     return SS_ERR_NOMEM;
-  for (int64_t k = 0; k < K; k++)
-    for (int t = 0; t < W; t++)
-      for (int ch = 0; ch < C; ch++) b->templates[((size_t)k * W + t) * C + ch] = c->wave[((size_t)k * C + ch) * W + t];
+  if (s->unit_tmpl) memcpy(b->templates, s->unit_tmpl, (size_t)K * W * C * sizeof(float));
+  else
+    for (int64_t k = 0; k < K; k++)
+      for (int t = 0; t < W; t++)
+        for (int ch = 0; ch < C; ch++)
+          b->templates[((size_t)k * W + t) * C + ch] = c->wave[((size_t)k * C + ch) * W + t];
   SS_TRY(ss_phy_amplitudes(ctx, b->templates, (int)K, W, C, s->labels, sp->amplitude, N, b->amplitudes));
   for (int ch = 0; ch < C; ch++) {
     int contact = ss_probe_contact_of_channel(s->probe, ch);
@@ -330,7 +335,7 @@ static ss_status write_phy(ss_ctx *ctx, const ss_sort_state *s) {
   memcpy(b.metrics, metrics, sizeof(metrics));
   ss_phy_folder ph = {.n_spikes = s->spikes.n,
                       .n_templates = (int)s->stats.k,
-                      .n_wave = s->stats.W,
+                      .n_wave = s->unit_tmpl ? s->unit_tmpl_w : s->stats.W,
                       .n_channels = C,
                       .n_pcs = s->stats.P,
                       .n_feat_channels = F,
