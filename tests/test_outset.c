@@ -168,7 +168,7 @@ static void killed(const char *cmd, const char *name, int steps) {
 
 static void sort_killed(void **state) {
   (void)state;
-  killed("sort", "ksort", 8); /* 6 outputs (the last sort.log), the manifest, the swap */
+  killed("sort", "ksort", 9); /* 7 outputs (the last sort.log), the manifest, the swap */
 }
 
 static void detect_killed(void **state) {
