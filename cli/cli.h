@@ -86,7 +86,7 @@ enum {
 /* clang-format on */
 #define SS_CLI_SOURCE_HELP \
   "source options:\n" \
-  "  --series NAME     NWB: the ElectricalSeries under /acquisition (default: the first);\n" \
+  "  --series NAME     NWB: the ElectricalSeries under /acquisition (needed when there are several);\n" \
   "                    Kwik: the recording (default: 0); Open Ephys: the continuous stream\n" \
   "  --dataset PATH    plain HDF5: the dataset holding the samples\n" \
   "  --rate HZ         sampling rate (plain HDF5 and binary; Kwik files without sample_rate)\n" \

@@ -47,6 +47,7 @@ typedef struct {
   int want_series; /* 1: ElectricalSeries only; 0: any group */
   char first[SS_SOURCE_NAME_MAX];
   char names[1024]; /* comma-separated, for messages */
+  int count;
 } child_scan;
 
 static herr_t scan_child(hid_t g, const char *name, const H5L_info_t *li, void *arg) {
@@ -57,6 +58,7 @@ static herr_t scan_child(hid_t g, const char *name, const H5L_info_t *li, void *
   snprintf(path, sizeof(path), "%s/%s", c->parent, name);
   if (c->want_series ? !is_series(c->fid, path) : !ss_h5_is_group(c->fid, path)) return 0;
   if (!c->first[0]) snprintf(c->first, sizeof(c->first), "%s", name);
+  c->count++;
   size_t used = strlen(c->names);
   snprintf(c->names + used, sizeof(c->names) - used, "%s%s", used ? ", " : "", name);
   return 0;
@@ -87,6 +89,10 @@ static ss_status nwb_locate(ss_ctx *ctx, h5src *h, const char *series) {
                      c.names[0] ? c.names : "none");
   } else {
     if (!c.first[0]) return ss_fail(ctx, SS_ERR_INPUT, "%s: /acquisition: no ElectricalSeries", h->file);
+    /* an LFP series beside the raw one is common: sorting the first by name would be a guess */
+    if (c.count > 1)
+      return ss_fail(ctx, SS_ERR_INPUT, "%s: /acquisition holds %d ElectricalSeries (%s): name one with --series",
+                     h->file, c.count, c.names);
     ss_h5_path(h->group, sizeof(h->group), "/acquisition/%s", c.first);
   }
   return SS_OK;

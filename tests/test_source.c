@@ -407,6 +407,30 @@ static void set_timestamp(const char *path, int64_t index, double value) {
   H5Fclose(f);
 }
 
+/* A second ElectricalSeries (an LFP beside the raw data): refused with the list unless --series names
+ * one. */
+static void several_series(void **state) {
+  (void)state;
+  char path[512], want[1024];
+  ss_test_path(path, sizeof(path), "two_series.nwb");
+  write_nwb(path, 0);
+  hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+  assert_true(f >= 0);
+  assert_true(H5Ocopy(f, "/acquisition/ElectricalSeries", f, "/acquisition/LFP", H5P_DEFAULT, H5P_DEFAULT) >= 0);
+  H5Fclose(f);
+  ss_source_spec s = {.path = path};
+  snprintf(want, sizeof(want),
+           "%s: /acquisition holds 2 ElectricalSeries (ElectricalSeries, LFP): name one with --series", path);
+  expect_error(&s, want);
+  ss_source_spec named = {.path = path, .series = "LFP"};
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_source *src = NULL;
+  assert_int_equal(ss_source_open(&ctx, &named, &src), SS_OK);
+  assert_string_equal(ss_source_get_info(src)->dataset, "/acquisition/LFP/data");
+  ss_source_close(src);
+}
+
 static void bad_nwb(void **state) {
   (void)state;
   char path[512], want[1024];
@@ -770,6 +794,7 @@ int main(void) {
       cmocka_unit_test(storage_smaller_than_declared),
       cmocka_unit_test(binary_truncated_while_read),
       cmocka_unit_test(cli_inspect),
+      cmocka_unit_test(several_series),
       cmocka_unit_test(constant_memory),
   };
   int r = cmocka_run_group_tests(tests, NULL, NULL);
