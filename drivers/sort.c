@@ -184,7 +184,7 @@ static ss_status run_frontend(ss_ctx *ctx, const ss_backend *be, ss_source *src,
                 be->n_threads);
   else ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
   SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
-  s->sum->n_spikes = s->spikes.n;
+  s->sum->n_spikes = s->sum->n_detected = s->spikes.n;
   return SS_OK;
 }
 
@@ -339,7 +339,9 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   double t2 = ss_now();
   SS_TRY(run_merge(ctx, s));
   SS_TRY(run_templates(ctx, s));
+  const double t_match = ss_now();
   SS_TRY(ss_sort_match(ctx, be, src, s));
+  sum->t_match_s = ss_now() - t_match;
   sum->n_spikes = s->spikes.n;
   SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));
   SS_TRY(ss_sort_quality(ctx, s));
@@ -348,7 +350,7 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   double t4 = ss_now();
   sum->t_frontend_s = (t1 - t0) + (t4 - t3); /* the twin is a front-end pass */
   sum->t_cluster_s = t2 - t1;
-  sum->t_merge_s = t3 - t2;
+  sum->t_merge_s = t3 - t2 - sum->t_match_s;
   sum->n_clusters_raw = s->k_raw;
   sum->n_clusters = s->k;
   sum->n_merges = s->merged ? s->merge.n_merges + s->n_merges_after_cleanup : 0;
@@ -451,18 +453,21 @@ ss_status ss_sort_run(ss_ctx *ctx, const ss_sort_opts *o, ss_sort_summary *sum) 
 void ss_sort_print_summary(FILE *f, const ss_sort_summary *s, const char *out_dir) {
   double total = s->t_total_s > 0 ? s->t_total_s : 1e-9;
   fprintf(f, "sorted %.1f s of %d channels -> %s\n", s->duration_s, s->n_channels, out_dir);
-  fprintf(f, "spikes:            %" PRId64 "\n", s->n_spikes);
+  if (s->n_spikes != s->n_detected)
+    fprintf(f, "spikes:            %" PRId64 " (template matching; %" PRId64 " detections)\n", s->n_spikes,
+            s->n_detected);
+  else fprintf(f, "spikes:            %" PRId64 "\n", s->n_spikes);
   fprintf(f,
           "clusters:          %" PRId64 " from masked EM (%" PRId64 " iterations), %" PRId64 " after %" PRId64
           " merges (noise cluster 0 included)\n",
           s->n_clusters_raw, s->em_iterations, s->n_clusters, s->n_merges);
-  if (s->em_spikes < s->n_spikes)
+  if (s->em_spikes < s->n_detected)
     fprintf(f,
-            "masked EM on:      %" PRId64 " of the spikes (sort.em_max_spikes); the other %" PRId64
+            "masked EM on:      %" PRId64 " of the detections (sort.em_max_spikes); the other %" PRId64
             " labelled by nearest-neighbour vote in %.2f s\n",
-            s->em_spikes, s->n_spikes - s->em_spikes, s->t_assign_s);
-  fprintf(f, "time per stage:    front end %.2f s, masked EM %.2f s, merge %.2f s, outputs %.2f s\n", s->t_frontend_s,
-          s->t_cluster_s, s->t_merge_s, s->t_output_s);
+            s->em_spikes, s->n_detected - s->em_spikes, s->t_assign_s);
+  fprintf(f, "time per stage:    front end %.2f s, masked EM %.2f s, merge %.2f s, match %.2f s, outputs %.2f s\n",
+          s->t_frontend_s, s->t_cluster_s, s->t_merge_s, s->t_match_s, s->t_output_s);
   fprintf(f, "total:             %.2f s on %d CPU threads = %.1fx real time\n", s->t_total_s, s->n_threads,
           s->duration_s / total);
   ss_sort_print_units(f, s);

@@ -59,7 +59,8 @@ typedef struct {
 void ss_sort_opts_defaults(ss_sort_opts *o);
 
 typedef struct {
-  int64_t n_spikes;
+  int64_t n_spikes;       /* the output's: matched spikes when template matching ran, else detections */
+  int64_t n_detected;     /* the front end's detections */
   int64_t n_clusters_raw; /* masked EM clusters, noise included */
   int64_t n_clusters;     /* after the merge, noise included */
   int64_t n_merges;
@@ -69,7 +70,7 @@ typedef struct {
   double duration_s; /* of the recording */
   int n_channels;
   int n_threads;
-  double t_frontend_s, t_cluster_s, t_merge_s, t_output_s, t_total_s;
+  double t_frontend_s, t_cluster_s, t_merge_s, t_match_s, t_output_s, t_total_s;
   uint32_t input_crc32;
   int32_t *labels_raw;         /* [n_spikes] masked EM labels, 0 = noise (caller frees) */
   int32_t *labels;             /* [n_spikes] final labels, 0 = noise (caller frees) */

@@ -297,7 +297,7 @@ static void em_subset(void **state) {
     ss_test_path(dir, sizeof(dir), name);
     snprintf(args, sizeof(args), "sort '%s' -o '%s' --params '%s' --threads %d", sim_path, dir, params, t);
     char *out = cli(args, 0, NULL);
-    if (!strstr(out, "masked EM on:      300 of the spikes")) fail_msg("no subset line in:\n%s", out);
+    if (!strstr(out, "masked EM on:      300 of the detections")) fail_msg("no subset line in:\n%s", out);
     free(out);
   }
   out_file(a, sizeof(a), "sub1", "sim.clu.1");
