@@ -312,12 +312,12 @@ static ss_status draw_train(ss_ctx *ctx, ss_sim *s, int u) {
   while (t < (double)(s->n_samples - s->max_post)) {
     if (t >= (double)s->max_pre) {
       if (n == cap) {
-        int64_t *grown = realloc(times, (size_t)(cap * 2) * sizeof(*times));
-        if (!grown) {
+        ss_status st = SS_REALLOC(ctx, times, (size_t)(cap * 2), "spike train");
+        if (st != SS_OK) {
           free(times);
-          return ss_fail(ctx, SS_ERR_NOMEM, "out of memory for a spike train (%lld spikes)", (long long)cap * 2);
+          return st;
         }
-        times = grown, cap *= 2;
+        cap *= 2;
       }
       times[n++] = (int64_t)t;
     }
