@@ -48,7 +48,8 @@ static long file_size(const char *path) {
 static int count_prefixed(const char *prefix) {
   DIR *d = opendir(ss_test_tmpdir());
   int n = 0;
-  for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d))
+    n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
   if (d) closedir(d);
   return n;
 }
