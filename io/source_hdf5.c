@@ -621,7 +621,7 @@ static int wait_child(pid_t pid, int ready, double limit, int *status) {
     struct pollfd p = {ready, POLLIN, 0};
     int r = poll(&p, 1, left > 1000.0 ? 1000000 : (int)(left * 1000.0) + 1);
     if (r > 0) break;
-    if (r < 0 && errno != EINTR) break;
+    if (r < 0 && errno != EINTR) return 0; /* cannot wait with a limit: treat as past it */
   }
   while (waitpid(pid, status, 0) < 0)
     if (errno != EINTR) return 1;
@@ -632,6 +632,7 @@ static ss_status open_isolated(ss_ctx *ctx, const ss_source_spec *spec) {
   const double limit = spec->hdf5_limit_s > 0 ? spec->hdf5_limit_s : SS_SOURCE_HDF5_LIMIT_S;
   int fds[2];
   if (pipe(fds) != 0) return SS_OK;
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* a program started meanwhile must not hold the child's end */
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
@@ -650,8 +651,9 @@ static ss_status open_isolated(ss_ctx *ctx, const ss_source_spec *spec) {
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     return ss_fail(ctx, SS_ERR_INPUT,
-                   "%s: the HDF5 library did not finish reading the metadata in %g s: a corrupt file", spec->path,
-                   limit);
+                   "%s: the HDF5 library did not finish reading the metadata in %g s: a corrupt file (or a very "
+                   "slow disk)",
+                   spec->path, limit);
   }
   if (WIFSIGNALED(status))
     return ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library crashed reading the metadata (signal %d): a corrupt file",
