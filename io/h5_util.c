@@ -308,7 +308,11 @@ static int redirect_to_memory(hid_t file) {
   if (!sec2 || H5Fget_vfd_handle(file, fapl, (void **)&fd) < 0 || !fd || *fd < 0) sec2 = 0;
   if (fapl >= 0) H5Pclose(fapl);
   if (!sec2) return 0;
+#ifdef MFD_CLOEXEC
   int mem = memfd_create("spikestream-discard", MFD_CLOEXEC);
+#else
+  int mem = -1; /* no anonymous memory files here: the close may fail (ss_h5_no_exit_teardown) */
+#endif
   int ok = mem >= 0 && dup2(mem, *fd) >= 0;
   if (mem >= 0) close(mem);
   return ok;
