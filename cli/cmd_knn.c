@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "io/atomic_file.h"
+#include "io/h5_util.h"
 #include "io/matrix.h"
 #include "io/npy.h"
 #include "params/params.h"
@@ -263,24 +264,22 @@ static int h5_put(hid_t file, const char *name, hid_t type, int rank, const hsiz
   return ok;
 }
 
+/* Built in memory and written out in one go (ss_h5_mem_create): a full disk then fails a plain
+ * write, never an H5Fclose that would leave the library to crash at exit. */
 static ss_status write_h5(ss_ctx *ctx, const char *path, int64_t m, int64_t k, const int32_t *labels,
                           const int64_t *idx, const float *dist) {
   ss_atomic_file af;
   SS_TRY(ss_atomic_begin(ctx, &af, path, 0));
+  hid_t f = ss_h5_mem_create(ctx, &af, path);
+  if (f < 0) return SS_ERR_IO;
   hsize_t dl[1] = {(hsize_t)m}, dm[2] = {(hsize_t)m, (hsize_t)k};
-  int ok = 0;
-  H5E_BEGIN_TRY {
-    hid_t f = H5Fcreate(af.tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ok = f >= 0 && h5_put(f, "labels", H5T_NATIVE_INT32, 1, dl, labels) &&
-         h5_put(f, "indices", H5T_NATIVE_INT64, 2, dm, idx) && h5_put(f, "distances", H5T_NATIVE_FLOAT, 2, dm, dist);
-    if (f >= 0 && H5Fclose(f) < 0) ok = 0;
-  }
-  H5E_END_TRY;
+  int ok = h5_put(f, "labels", H5T_NATIVE_INT32, 1, dl, labels) && h5_put(f, "indices", H5T_NATIVE_INT64, 2, dm, idx) &&
+           h5_put(f, "distances", H5T_NATIVE_FLOAT, 2, dm, dist);
   if (!ok) {
-    ss_atomic_abort(&af);
+    ss_h5_mem_abort(f, &af);
     return ss_fail(ctx, SS_ERR_IO, "%s: writing the datasets labels, indices, distances failed", path);
   }
-  return ss_atomic_commit(ctx, &af);
+  return ss_h5_mem_commit(ctx, f, &af);
 }
 
 static ss_status write_result(ss_ctx *ctx, const knn_cli *c, knn_data *dd, int64_t k, const int32_t *labels,

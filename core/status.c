@@ -137,3 +137,14 @@ ss_status ss_calloc(ss_ctx *ctx, void **out, size_t count, size_t size, const ch
   if (!*out) return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu x %zu bytes", what, count, size);
   return SS_OK;
 }
+
+ss_status ss_realloc(ss_ctx *ctx, void **p, size_t count, size_t size, const char *what) {
+  if (count == 0 || size == 0) return SS_OK;
+  if (inject_failure(ctx))
+    return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu x %zu bytes (injected failure)", what, count, size);
+  if (count > SIZE_MAX / size) return ss_fail(ctx, SS_ERR_NOMEM, "%s: %zu x %zu bytes overflows", what, count, size);
+  void *q = realloc(*p, count * size);
+  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "%s: cannot allocate %zu bytes", what, count * size);
+  *p = q;
+  return SS_OK;
+}

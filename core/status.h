@@ -30,7 +30,7 @@ typedef enum { SS_LOG_ERROR = 0, SS_LOG_WARN, SS_LOG_INFO, SS_LOG_DEBUG } ss_log
 #define SS_CTX_MSG_MAX 8192
 
 /* Allocation-failure injection, a test hook (SQLite's test_malloc idea): a context that points at
- * one counts every ss_alloc/ss_calloc made through it and its children, and fails the fail_at-th
+ * one counts every ss_alloc/ss_calloc/ss_realloc made through it and its children, and fails the fail_at-th
  * with SS_ERR_NOMEM. The CLI sets one up from SPIKESTREAM_FAIL_ALLOC (cli/main.c, tests/README.md). */
 typedef struct {
   long long fail_at; /* > 0: fail that allocation (counted from 1); 0: count only */
@@ -87,8 +87,12 @@ const char *ss_error_message(const ss_ctx *ctx);
 /* Checked allocation helpers: record SS_ERR_NOMEM with what was being allocated. */
 ss_status ss_alloc(ss_ctx *ctx, void **out, size_t count, size_t size, const char *what);
 ss_status ss_calloc(ss_ctx *ctx, void **out, size_t count, size_t size, const char *what);
+/* Resize *p to count × size bytes (realloc): on failure *p is left as it was (still the caller's to
+ * free); a size of zero leaves *p as it is. Counted and injectable like ss_alloc. */
+ss_status ss_realloc(ss_ctx *ctx, void **p, size_t count, size_t size, const char *what);
 #define SS_ALLOC(ctx, ptr, count, what) ss_alloc((ctx), (void **)&(ptr), (count), sizeof(*(ptr)), (what))
 #define SS_CALLOC(ctx, ptr, count, what) ss_calloc((ctx), (void **)&(ptr), (count), sizeof(*(ptr)), (what))
+#define SS_REALLOC(ctx, ptr, count, what) ss_realloc((ctx), (void **)&(ptr), (count), sizeof(*(ptr)), (what))
 
 #ifdef __cplusplus
 }

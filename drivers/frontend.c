@@ -69,9 +69,7 @@ static void slot_free(fe_slot *s) {
 
 static ss_status reserve(ss_ctx *ctx, void **p, size_t *cap, size_t count, size_t size, const char *what) {
   if (count <= *cap) return SS_OK;
-  void *q = realloc(*p, count * size);
-  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: %s (%zu bytes)", what, count * size);
-  *p = q;
+  SS_TRY(ss_realloc(ctx, p, count, size, what));
   *cap = count;
   return SS_OK;
 }

@@ -59,9 +59,7 @@ static ss_status grow(ss_ctx *ctx, void **p, size_t *cap, size_t count, size_t s
   if (count <= *cap) return SS_OK;
   size_t n = *cap ? *cap : 64;
   while (n < count) n *= 2;
-  void *q = realloc(*p, n * size);
-  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: %s (%zu bytes)", what, n * size);
-  *p = q;
+  SS_TRY(ss_realloc(ctx, p, n, size, what));
   *cap = n;
   return SS_OK;
 }

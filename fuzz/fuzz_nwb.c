@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_write(path, data, size);
   ss_ctx ctx;
   fuzz_ctx(&ctx);
-  ss_source_spec spec = {.path = path, .format = SS_FORMAT_AUTO};
+  ss_source_spec spec = {.path = path, .format = SS_FORMAT_AUTO, .hdf5_limit_s = 2.0};
   ss_source *src = NULL;
   if (ss_source_open(&ctx, &spec, &src) != SS_OK) return 0;
   if (ss_source_configure(&ctx, src, 256, 8, 8) == SS_OK) {

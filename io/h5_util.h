@@ -20,6 +20,11 @@ void ss_h5_path(char *buf, size_t len, const char *fmt, ...) __attribute__((form
 
 /* Silence HDF5's automatic error stack printing (idempotent). */
 void ss_h5_quiet(void);
+/* Keep libhdf5 from tearing itself down at exit (H5dont_atexit; call before any other HDF5 call).
+ * Every file is closed explicitly before exit, so the teardown has nothing to do, except after a
+ * close that failed on a write error (a full disk: ss_h5_close_checked): HDF5 1.10 leaves that
+ * file half torn down and its exit teardown crashes on it. */
+void ss_h5_no_exit_teardown(void);
 
 /* 1 when every component of `path` (relative to loc, or absolute) exists as a link, else 0. */
 int ss_h5_exists(hid_t loc, const char *path);
@@ -44,6 +49,16 @@ ss_status ss_h5_dataset_str(ss_ctx *ctx, hid_t loc, const char *name, const char
  * e.g. a full disk) half torn down and crashes on it at exit; a memory file's close does no I/O, so
  * it cannot fail that way, and the write errors surface in ss_h5_mem_commit as plain stdio errors.
  * Costs the file's size in memory (twice, briefly, while the image is copied out). */
+/* Files written in place (too large to build in memory, e.g. a recording): after a failed write
+ * HDF5 1.10's H5Fclose fails too (it flushes again) and leaves the file half torn down, to crash at
+ * exit. ss_h5_close_checked flushes, then closes; when either fails the file is closed with
+ * ss_h5_close_discard and -1 is returned (a close that fails after a good flush is not repaired:
+ * it has nothing left to write but the superblock). ss_h5_close_discard closes a file whose
+ * contents are thrown away (the caller deletes it): the sec2 driver's descriptor is first pointed
+ * at an anonymous memory file (Linux memfd), so that what the close still flushes succeeds. */
+herr_t ss_h5_close_checked(hid_t file);
+void ss_h5_close_discard(hid_t file);
+
 /* Create the in-memory file for af (from ss_atomic_begin with open_stdio 0); -1 (and a message
  * naming `path`) on failure, af aborted. */
 hid_t ss_h5_mem_create(ss_ctx *ctx, ss_atomic_file *af, const char *path);

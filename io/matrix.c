@@ -62,9 +62,7 @@ typedef struct {
 static ss_status buf_reserve(ss_ctx *ctx, value_buf *b) {
   if (b->n < b->cap) return SS_OK;
   size_t cap = b->cap ? b->cap * 2 : TEXT_INITIAL_VALUES;
-  void *p = realloc(b->data, cap * (b->integer ? sizeof(int32_t) : sizeof(float)));
-  if (!p) return ss_fail(ctx, SS_ERR_NOMEM, "text table: cannot grow the value buffer to %zu values", cap);
-  b->data = p;
+  SS_TRY(ss_realloc(ctx, &b->data, cap, b->integer ? sizeof(int32_t) : sizeof(float), "text table: values"));
   b->cap = cap;
   return SS_OK;
 }

@@ -447,7 +447,9 @@ ss_status ss_nwb_writer_close(ss_ctx *ctx, ss_nwb_writer *w) {
   if (w->data >= 0) H5Dclose(w->data);
   if (w->timestamps >= 0) H5Dclose(w->timestamps);
   w->data = w->timestamps = -1;
-  if (H5Fclose(w->file) < 0 && st == SS_OK) st = ss_fail(ctx, SS_ERR_IO, "%s: cannot close the file", w->tmp_path);
+  if (st == SS_OK && ss_h5_close_checked(w->file) < 0)
+    st = ss_fail(ctx, SS_ERR_IO, "%s: cannot finish the file (a write failed)", w->final_path);
+  else if (st != SS_OK) ss_h5_close_discard(w->file);
   w->file = -1;
   if (st == SS_OK) st = ss_atomic_commit(ctx, &w->af);
   else ss_atomic_abort(&w->af);
@@ -460,7 +462,7 @@ void ss_nwb_writer_abort(ss_nwb_writer *w) {
   if (w->data >= 0) H5Dclose(w->data);
   if (w->timestamps >= 0) H5Dclose(w->timestamps);
   w->data = w->timestamps = -1;
-  if (w->file > 0) H5Fclose(w->file);
+  ss_h5_close_discard(w->file);
   ss_atomic_abort(&w->af);
   release(w);
 }

@@ -60,6 +60,8 @@ typedef enum { SS_LAYOUT_TIME_MAJOR = 0, SS_LAYOUT_CHANNEL_MAJOR } ss_layout;
 
 #define SS_SOURCE_PATH_MAX 4096
 #define SS_SOURCE_NAME_MAX 512
+/* HDF5 files: seconds the first, isolated read of the metadata may take (io/source_hdf5.c). */
+#define SS_SOURCE_HDF5_LIMIT_S 60.0
 
 /* What to open. Zero-initialise, then set what applies. */
 typedef struct {
@@ -74,6 +76,7 @@ typedef struct {
   int64_t byte_offset;   /* binary: header bytes to skip */
   double uv_per_step;    /* binary, plain HDF5, Kwik without bit volts: µV per step (0 = unknown) */
   const ss_probe *probe; /* optional: its channel count must match the recording's */
+  double hdf5_limit_s;   /* HDF5 files: limit of the isolated metadata read (0: SS_SOURCE_HDF5_LIMIT_S) */
 } ss_source_spec;
 
 typedef struct {

@@ -1,15 +1,20 @@
 /* source_hdf5.c — the HDF5 back-ends: NWB 2.x, Kwik .raw.kwd and plain HDF5 datasets. Each only
  * finds its data and metadata (rate, scale, positions); the samples themselves are read by the
  * shared store (source_store.c), for which this file maps the dataset's storage to file offsets. */
+#include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <math.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "io/h5_util.h"
 #include "io/source_internal.h"
 
@@ -171,8 +176,8 @@ static int in_own_file(const h5src *h, hid_t d) {
 
 /* Map the dataset's storage to file offsets when it can be read with pread: in h's own file,
  * little-endian, no filters, no external storage or user block, contiguous or chunked with a sane
- * number of chunks. */
-static int map_storage(h5src *h, hid_t d, ss_store *s) {
+ * number of chunks. Returns 1 when mapped, 0 when the library must read it, -1 when out of memory (recorded in ctx). */
+static int map_storage(ss_ctx *ctx, h5src *h, hid_t d, ss_store *s) {
   if (!in_own_file(h, d)) return 0;
   const hid_t le[] = {H5T_STD_I16LE, H5T_IEEE_F32LE, H5T_IEEE_F64LE};
   hid_t t = H5Dget_type(d), dcpl = H5Dget_create_plist(d), fcpl = H5Fget_create_plist(h->fid);
@@ -197,8 +202,7 @@ static int map_storage(h5src *h, hid_t d, ss_store *s) {
   s->grid[0] = (s->dims[0] + s->cdims[0] - 1) / s->cdims[0];
   s->grid[1] = (s->dims[1] + s->cdims[1] - 1) / s->cdims[1];
   if (s->grid[0] * s->grid[1] > MAX_PREAD_TILES) return 0;
-  s->tile_off = malloc((size_t)(s->grid[0] * s->grid[1]) * sizeof(int64_t));
-  if (!s->tile_off) return 0;
+  if (SS_ALLOC(ctx, s->tile_off, (size_t)(s->grid[0] * s->grid[1]), "chunk offsets") != SS_OK) return -1;
   for (int64_t i = 0; i < s->grid[0] * s->grid[1]; i++) {
     haddr_t addr = HADDR_UNDEF;
     if (layout == H5D_CONTIGUOUS) {
@@ -268,9 +272,10 @@ static ss_status open_store(ss_ctx *ctx, h5src *h, const char *path, ss_layout l
     H5Dclose(d);
     return st;
   }
-  if (map_storage(h, d, s)) {
+  const int mapped = map_storage(ctx, h, d, s);
+  if (mapped != 0) {
     H5Dclose(d);
-    return SS_OK;
+    return mapped > 0 ? SS_OK : SS_ERR_NOMEM;
   }
   free(s->tile_off);
   s->tile_off = NULL;
@@ -567,8 +572,7 @@ static ss_status kwik_follow(ss_ctx *ctx, const ss_source_spec *spec, char *kwd,
                  kwd, found > 1 ? " and several STEM_*.raw.kwd match: name one" : "");
 }
 
-ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
-  ss_h5_quiet();
+static ss_status open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
   const char *dot = strrchr(spec->path, '.');
   ss_source_spec followed;
   if (dot && strcmp(dot, ".kwik") == 0) {
@@ -598,4 +602,87 @@ ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source
   }
   if (h.fid >= 0) H5Fclose(h.fid);
   return st;
+}
+
+/* ---------------------------------------------------------------- isolation */
+
+/* HDF5 1.10 trusts the sizes and offsets in a file's metadata: on some corrupt files (a global heap
+ * collection mutated under a variable-length string attribute, an object header of absurd size) it
+ * loops forever, crashes or asks for tens of GiB inside the library, where no check of ours can
+ * reach. So the file is opened first in a child process, under a time limit: a child killed by a
+ * signal or still running at the limit refuses the file with one line; otherwise the same reads are
+ * repeated here, where they are known to finish. Without fork (or a child to wait for) the file is
+ * read here directly. */
+static void isolated_child(const ss_source_spec *spec) {
+  static const int crash[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+  for (size_t i = 0; i < sizeof(crash) / sizeof(crash[0]); i++) signal(crash[i], SIG_DFL); /* die quietly */
+  ss_ctx c;
+  ss_ctx_init(&c);
+  c.quiet = 1;
+  c.log_level = SS_LOG_ERROR;
+  ss_source_info info;
+  memset(&info, 0, sizeof(info));
+  ss_store store;
+  ss_store_init(&store);
+  open_hdf5(&c, spec, &info, &store);
+  _Exit(0); /* no exit handlers: the parent's stdio buffers and libhdf5 stay the parent's */
+}
+
+/* Wait for the child up to `limit` seconds: its end of the pipe closes when it exits (or dies), which
+ * wakes the poll at once. Returns 1 when it ended (status in *status), 0 at the limit. */
+static int wait_child(pid_t pid, int ready, double limit, int *status) {
+  const double t0 = ss_now();
+  for (;;) {
+    double left = limit - (ss_now() - t0);
+    if (left <= 0) return 0;
+    struct pollfd p = {ready, POLLIN, 0};
+    int r = poll(&p, 1, left > 1000.0 ? 1000000 : (int)(left * 1000.0) + 1);
+    if (r > 0) break;
+    if (r < 0 && errno != EINTR) return 0; /* cannot wait with a limit: treat as past it */
+  }
+  while (waitpid(pid, status, 0) < 0)
+    if (errno != EINTR) return 1;
+  return 1;
+}
+
+static ss_status open_isolated(ss_ctx *ctx, const ss_source_spec *spec) {
+  const double limit = spec->hdf5_limit_s > 0 ? spec->hdf5_limit_s : SS_SOURCE_HDF5_LIMIT_S;
+  int fds[2];
+  if (pipe(fds) != 0) return SS_OK;
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* a program started meanwhile must not hold the child's end */
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    isolated_child(spec);
+  }
+  close(fds[1]);
+  if (pid < 0) {
+    close(fds[0]);
+    return SS_OK;
+  }
+  int status = 0;
+  const int ended = wait_child(pid, fds[0], limit, &status);
+  close(fds[0]);
+  if (!ended) {
+    kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: the HDF5 library did not finish reading the metadata in %g s: a corrupt file (or a very "
+                   "slow disk)",
+                   spec->path, limit);
+  }
+  if (WIFSIGNALED(status))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library crashed reading the metadata (signal %d): a corrupt file",
+                   spec->path, WTERMSIG(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) /* the child ends with 0 unless something ended it early */
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library failed reading the metadata (exit %d): a corrupt file",
+                   spec->path, WEXITSTATUS(status));
+  return SS_OK;
+}
+
+ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
+  ss_h5_quiet();
+  SS_TRY(open_isolated(ctx, spec));
+  return open_hdf5(ctx, spec, info, store);
 }

@@ -175,12 +175,7 @@ ss_status ss_read_text_file(ss_ctx *ctx, const char *path, size_t max_bytes, cha
   for (;;) {
     if (n + 4096 + 1 > cap) {
       cap = cap ? cap * 2 : 8192;
-      char *nb = realloc(buf, cap);
-      if (!nb) {
-        st = ss_fail(ctx, SS_ERR_NOMEM, "%s: out of memory reading the file", path);
-        break;
-      }
-      buf = nb;
+      if ((st = SS_REALLOC(ctx, buf, cap, path)) != SS_OK) break;
     }
     size_t got = fread(buf + n, 1, cap - n - 1, f);
     n += got;
@@ -198,10 +193,7 @@ ss_status ss_read_text_file(ss_ctx *ctx, const char *path, size_t max_bytes, cha
     free(buf);
     return st;
   }
-  if (!buf) {
-    buf = malloc(1);
-    if (!buf) return ss_fail(ctx, SS_ERR_NOMEM, "%s: out of memory", path);
-  }
+  if (!buf) SS_TRY(SS_ALLOC(ctx, buf, 1, path));
   buf[n] = '\0';
   if (strlen(buf) != n) {
     free(buf);

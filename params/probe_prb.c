@@ -50,8 +50,13 @@ static ss_status parse_string(prb_lex *L, cJSON **out) {
   if (*L->s != q) return bad_token(L);
   *out = cJSON_CreateString("");
   if (!*out) return ss_fail(L->ctx, SS_ERR_NOMEM, "%s: out of memory", L->origin);
-  char *text = malloc((size_t)(L->s - start) + 1);
-  if (!text) return ss_fail(L->ctx, SS_ERR_NOMEM, "%s: out of memory", L->origin);
+  char *text = NULL;
+  ss_status st = SS_ALLOC(L->ctx, text, (size_t)(L->s - start) + 1, L->origin);
+  if (st != SS_OK) {
+    cJSON_Delete(*out);
+    *out = NULL;
+    return st;
+  }
   memcpy(text, start, (size_t)(L->s - start));
   text[L->s - start] = 0;
   cJSON_SetValuestring(*out, text);

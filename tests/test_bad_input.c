@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "build_config.h"
 #include "io/nwb_write.h"
 #include "ss_test.h"
 
@@ -124,6 +125,22 @@ static void nwb_electrodes_not_fitting(void **state) {
   expect_cli(args, 1, want);
 }
 
+/* A global heap object whose size was mutated (a fuzzing reproducer) crashes libhdf5 1.10 inside
+ * H5Aread; the file is read first in a child process, so the command refuses it with one line. */
+static void nwb_corrupt_global_heap(void **state) {
+  (void)state;
+  char args[1024], want[600];
+  snprintf(args, sizeof(args), "inspect '%s'", SS_SOURCE_DIR "/fuzz/corpus/nwb/global-heap-object-size.nwb");
+  snprintf(want, sizeof(want),
+           "spikestream inspect: %s: ", SS_SOURCE_DIR "/fuzz/corpus/nwb/global-heap-object-size.nwb");
+  char *out, *err;
+  int rc = ss_test_run_cli(args, &out, &err);
+  int lines = 0;
+  for (const char *c = err; *c; c++) lines += *c == '\n';
+  if (rc != 1 || lines != 1 || strncmp(err, want, strlen(want)) != 0) fail_msg("exit %d, stderr:\n%s", rc, err);
+  free(out), free(err);
+}
+
 /* Every computing command bounds --threads to [1, 1024] (0 is refused: leaving the option out means
  * all cores); an unbounded value overflowed libgomp's stack or was truncated to int. */
 static void threads_bounded(void **state) {
@@ -147,7 +164,7 @@ int main(void) {
       cmocka_unit_test(knn_header_sizes),      cmocka_unit_test(knn_generate_sizes),
       cmocka_unit_test(numbers_finite),        cmocka_unit_test(compare_window),
       cmocka_unit_test(nwb_rate_out_of_range), cmocka_unit_test(nwb_electrodes_not_fitting),
-      cmocka_unit_test(threads_bounded),
+      cmocka_unit_test(threads_bounded),       cmocka_unit_test(nwb_corrupt_global_heap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

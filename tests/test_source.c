@@ -431,6 +431,26 @@ static void several_series(void **state) {
   ss_source_close(src);
 }
 
+/* The isolated first read of an HDF5 file is bounded in time: at the limit the child is killed and
+ * the file refused with one line (a limit no child can meet stands in for a library that loops). */
+static void hdf5_read_limit(void **state) {
+  (void)state;
+  char path[512], want[1024];
+  ss_test_path(path, sizeof(path), "limit.nwb");
+  write_nwb(path, 0);
+  ss_source_spec s = {.path = path, .hdf5_limit_s = 1e-9};
+  snprintf(want, sizeof(want),
+           "%s: the HDF5 library did not finish reading the metadata in 1e-09 s: a corrupt file (or a very slow disk)",
+           path);
+  expect_error(&s, want);
+  s.hdf5_limit_s = 0; /* the default limit */
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_source *src = NULL;
+  ok(&ctx, ss_source_open(&ctx, &s, &src));
+  ss_source_close(src);
+}
+
 static void bad_nwb(void **state) {
   (void)state;
   char path[512], want[1024];
@@ -788,6 +808,7 @@ int main(void) {
       cmocka_unit_test(bad_hdf5),
       cmocka_unit_test(bad_binary),
       cmocka_unit_test(bad_nwb),
+      cmocka_unit_test(hdf5_read_limit),
       cmocka_unit_test(bad_kwik),
       cmocka_unit_test(bad_rate_and_channels),
       cmocka_unit_test(bad_scales_and_electrodes),

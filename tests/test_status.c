@@ -1,4 +1,5 @@
 /* test_status.c — status strings, exit codes, message accumulation and prefixing, checked size parsing. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/parse.h"
@@ -55,6 +56,29 @@ static void alloc_overflow_is_reported(void **state) {
   assert_null(p);
 }
 
+/* ss_realloc keeps the old block on failure (injected or overflow) and counts like ss_alloc. */
+static void realloc_keeps_block_on_failure(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_alloc_fault fault = {2, 0};
+  ctx.alloc_fault = &fault;
+  int *p = NULL;
+  assert_int_equal(SS_REALLOC(&ctx, p, 4, "grown"), SS_OK);
+  p[3] = 42;
+  int *old = p;
+  assert_int_equal(SS_REALLOC(&ctx, p, 64, "grown"), SS_ERR_NOMEM);
+  assert_ptr_equal(p, old);
+  assert_non_null(strstr(ss_error_message(&ctx), "grown: cannot allocate 64 x 4 bytes (injected failure)"));
+  assert_int_equal(ss_realloc(&ctx, (void **)&p, SIZE_MAX / 2, 16, "huge"), SS_ERR_NOMEM);
+  assert_ptr_equal(p, old);
+  assert_int_equal(SS_REALLOC(&ctx, p, 0, "empty"), SS_OK);
+  assert_int_equal(SS_REALLOC(&ctx, p, 64, "grown"), SS_OK);
+  assert_int_equal(p[3], 42);
+  assert_int_equal(fault.count, 4);
+  free(p);
+}
+
 static void parse_size_checks_overflow_and_range(void **state) {
   (void)state;
   ss_ctx ctx;
@@ -85,6 +109,7 @@ int main(void) {
       cmocka_unit_test(fail_replaces_problem_appends),
       cmocka_unit_test(message_truncates_safely),
       cmocka_unit_test(alloc_overflow_is_reported),
+      cmocka_unit_test(realloc_keeps_block_on_failure),
       cmocka_unit_test(parse_size_checks_overflow_and_range),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -101,21 +101,22 @@ ss_status ss_compare_count_matches(ss_ctx *ctx, const int64_t *a, int64_t na, co
     for (int64_t j = lo; j < nb && b[j] <= a[i] + window; j++) {
       if (nc == cap) {
         int64_t grown_cap = cap ? 2 * cap : 256;
-        candidate *g = realloc(c, (size_t)grown_cap * sizeof(*c));
-        if (!g) {
+        ss_status st = SS_REALLOC(ctx, c, (size_t)grown_cap, "matching spikes: candidate pairs");
+        if (st != SS_OK) {
           free(c);
-          return ss_fail(ctx, SS_ERR_NOMEM, "out of memory matching spikes (%" PRId64 " candidate pairs)", grown_cap);
+          return st;
         }
-        c = g, cap = grown_cap;
+        cap = grown_cap;
       }
       c[nc].dt = llabs(b[j] - a[i]), c[nc].i = i, c[nc].j = j, nc++;
     }
   }
   if (nc == 0) return SS_OK;
-  unsigned char *used_a = calloc((size_t)na + (size_t)nb, 1);
-  if (!used_a) {
+  unsigned char *used_a = NULL;
+  ss_status st = SS_CALLOC(ctx, used_a, (size_t)na + (size_t)nb, "matching spikes: flags");
+  if (st != SS_OK) {
     free(c);
-    return ss_fail(ctx, SS_ERR_NOMEM, "out of memory matching spikes");
+    return st;
   }
   unsigned char *used_b = used_a + na;
   qsort(c, (size_t)nc, sizeof(*c), cmp_candidate);

@@ -332,9 +332,9 @@ static ss_status read_res(ss_ctx *ctx, const char *path, int64_t **out, int64_t 
   FILE *f = fopen(path, "r");
   if (!f) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open the spike times file", path);
   int64_t cap = 1024, k = 0, line_no = 0;
-  int64_t *v = malloc((size_t)cap * sizeof(*v));
+  int64_t *v = NULL;
   char line[RES_LINE_MAX];
-  ss_status st = v ? SS_OK : ss_fail(ctx, SS_ERR_NOMEM, "%s: out of memory", path);
+  ss_status st = SS_ALLOC(ctx, v, (size_t)cap, path);
   while (st == SS_OK && fgets(line, sizeof(line), f)) {
     line_no++;
     char *s = line, *end;
@@ -349,12 +349,8 @@ static ss_status read_res(ss_ctx *ctx, const char *path, int64_t **out, int64_t 
       break;
     }
     if (k == cap) {
-      int64_t *g = realloc(v, (size_t)cap * 2 * sizeof(*v));
-      if (!g) {
-        st = ss_fail(ctx, SS_ERR_NOMEM, "%s: out of memory", path);
-        break;
-      }
-      v = g, cap *= 2;
+      if ((st = SS_REALLOC(ctx, v, (size_t)cap * 2, path)) != SS_OK) break;
+      cap *= 2;
     }
     v[k++] = x;
   }

@@ -366,9 +366,8 @@ static ss_status init_unit(ss_ctx *ctx, ss_sim *s, int u) {
 /* Append spike time t to the train, growing it when full. */
 static ss_status push_spike(ss_ctx *ctx, int64_t **times, int64_t *n, int64_t *cap, int64_t t) {
   if (*n == *cap) {
-    int64_t *grown = realloc(*times, (size_t)(*cap * 2) * sizeof(**times));
-    if (!grown) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory for a spike train (%lld spikes)", (long long)*cap * 2);
-    *times = grown, *cap *= 2;
+    SS_TRY(SS_REALLOC(ctx, *times, (size_t)(*cap * 2), "spike train"));
+    *cap *= 2;
   }
   (*times)[(*n)++] = t;
   return SS_OK;

@@ -374,16 +374,10 @@ static void cleanup_free(cleanup_state *s, cleanup_work *w) {
 static ss_status grow_models(ss_ctx *ctx, cleanup_state *s, cleanup_work *w, int64_t need) {
   if (need <= s->k_cap) return SS_OK;
   int64_t cap = s->k_cap * 2 > need ? s->k_cap * 2 : need;
-  double *mu = realloc(s->mu, (size_t)cap * s->D * sizeof(double));
-  if (mu) s->mu = mu;
-  double *sd = realloc(s->sd, (size_t)cap * s->D * sizeof(double));
-  if (sd) s->sd = sd;
-  uint8_t *hm = realloc(w->has_model, (size_t)cap);
-  if (hm) w->has_model = hm;
-  int32_t *pa = realloc(w->parent, (size_t)cap * sizeof(int32_t));
-  if (pa) w->parent = pa;
-  if (!mu || !sd || !hm || !pa)
-    return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: cleanup models (%" PRId64 " clusters)", cap);
+  SS_TRY(SS_REALLOC(ctx, s->mu, (size_t)cap * s->D, "cleanup: model means"));
+  SS_TRY(SS_REALLOC(ctx, s->sd, (size_t)cap * s->D, "cleanup: model spreads"));
+  SS_TRY(SS_REALLOC(ctx, w->has_model, (size_t)cap, "cleanup: model flags"));
+  SS_TRY(SS_REALLOC(ctx, w->parent, (size_t)cap, "cleanup: model parents"));
   memset(w->has_model + s->k_cap, 0, (size_t)(cap - s->k_cap));
   for (int64_t c = s->k_cap; c < cap; c++) w->parent[c] = (int32_t)c;
   s->k_cap = cap;

@@ -232,9 +232,7 @@ static ss_status decide(ss_ctx *ctx, const ss_params *p, merge_state *s, int64_t
 static ss_status push_decision(ss_ctx *ctx, ss_merge_result *r, int64_t *cap, const ss_merge_decision *d) {
   if (r->n_decisions == *cap) {
     int64_t nc = *cap ? 2 * *cap : 16;
-    ss_merge_decision *q = realloc(r->decisions, (size_t)nc * sizeof(*q));
-    if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: merge log");
-    r->decisions = q;
+    SS_TRY(SS_REALLOC(ctx, r->decisions, (size_t)nc, "merge log"));
     *cap = nc;
   }
   r->decisions[r->n_decisions++] = *d;

@@ -75,10 +75,7 @@ ss_status ss_spike_list_init(ss_ctx *ctx, ss_spike_list *l, int n_channels, int 
 }
 
 static ss_status grow(ss_ctx *ctx, void **p, size_t count, size_t size, const char *what) {
-  void *q = realloc(*p, count * size);
-  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: %s (%zu bytes)", what, count * size);
-  *p = q;
-  return SS_OK;
+  return ss_realloc(ctx, p, count, size, what);
 }
 
 static ss_status spike_list_reserve(ss_ctx *ctx, ss_spike_list *l, int64_t need) {

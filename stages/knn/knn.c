@@ -13,8 +13,10 @@
 #if defined(_OPENMP)
 #include <omp.h>
 #define SS_OMP(x) _Pragma(#x)
+#define KNN_THREAD() omp_get_thread_num()
 #else
 #define SS_OMP(x)
+#define KNN_THREAD() 0
 #endif
 
 /* Queries a CPU thread scores together, so that each reference row is read once per block. */
@@ -145,17 +147,25 @@ void ss_knn_index_free(ss_knn_index *ix) {
 
 /* ---- CPU search ------------------------------------------------------------------------------- */
 
-void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx, double *dist) {
-  knn_item stack_heap[64];
-  knn_item *h = k <= 64 ? stack_heap : malloc(sizeof(knn_item) * (size_t)k);
+/* The exact scan with the caller's heap of min(k, n) items. */
+static void exact_scan_into(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx,
+                            double *dist, knn_item *h) {
   int64_t size = 0;
-  if (!h) abort(); /* k items: the caller already holds m × k outputs of this size */
   for (int64_t r = 0; r < n; r++) heap_push(h, &size, k, (knn_item){ss_knn_exact_dist(q, ref + r * d, d), r});
   items_sort(h, size);
   for (int64_t c = 0; c < k; c++) {
     idx[c] = h[c].i;
     if (dist) dist[c] = h[c].v;
   }
+}
+
+void ss_knn_exact_scan(const float *ref, int64_t n, int64_t d, const float *q, int64_t k, int64_t *idx, double *dist) {
+  knn_item stack_heap[64];
+  /* Deliberately outside ss_alloc (no context here): the search itself uses exact_scan_into with
+   * scratch made up front; this entry point serves the device tests. */
+  knn_item *h = k <= 64 ? stack_heap : malloc(sizeof(knn_item) * (size_t)k);
+  if (!h) abort(); /* k items: the caller already holds m × k outputs of this size */
+  exact_scan_into(ref, n, d, q, k, idx, dist, h);
   if (h != stack_heap) free(h);
 }
 
@@ -207,7 +217,8 @@ static int64_t cpu_query_block(const ss_knn_index *ix, const float *query, int64
     items_sort(cand, kc);
     if (!rerank_certify(ix, query + qi * d, sqrt((double)qn[b]), cand, kc, k, idx + qi * k,
                         dist ? dist + qi * k : NULL)) {
-      ss_knn_exact_scan(ix->ref, n, d, query + qi * d, k, idx + qi * k, dist ? dist + qi * k : NULL);
+      /* cand is spent; a fallback happens only when kc < n, so kc > k and it holds the scan's heap */
+      exact_scan_into(ix->ref, n, d, query + qi * d, k, idx + qi * k, dist ? dist + qi * k : NULL, cand);
       fallbacks++;
     }
   }
@@ -218,23 +229,27 @@ ss_status ss_knn_cpu_search(ss_ctx *ctx, ss_knn_index *ix, const ss_knn_opts *o,
                             int64_t *idx, double *dist, ss_knn_stats *stats) {
   int64_t k = o->k, kc = ss_knn_candidates(k, ix->n), d = ix->d;
   int64_t n_blocks = (m + KNN_CPU_QUERY_BLOCK - 1) / KNN_CPU_QUERY_BLOCK, fallbacks = 0;
-  int threads = ss_threads_resolve(ix->be->n_threads), failed = 0;
-  SS_OMP(omp parallel num_threads(threads) reduction(+ : fallbacks) reduction(| : failed)) {
-    knn_item *heaps = malloc(sizeof(knn_item) * (size_t)(KNN_CPU_QUERY_BLOCK * kc));
-    float *qc = malloc(sizeof(float) * (size_t)(KNN_CPU_QUERY_BLOCK * d));
-    if (!heaps || !qc) failed = 1;
+  int threads = ss_threads_resolve(ix->be->n_threads);
+  const size_t heap_per = (size_t)(KNN_CPU_QUERY_BLOCK * kc), qc_per = (size_t)(KNN_CPU_QUERY_BLOCK * d);
+  knn_item *heaps = NULL; /* per-thread scratch, made before the threads start */
+  float *qcs = NULL;
+  ss_status st = SS_ALLOC(ctx, heaps, (size_t)threads * heap_per, "knn: per-thread candidate heaps");
+  if (st == SS_OK) st = SS_ALLOC(ctx, qcs, (size_t)threads * qc_per, "knn: per-thread centred queries");
+  if (st != SS_OK) {
+    free(heaps);
+    return st;
+  }
+  SS_OMP(omp parallel num_threads(threads) reduction(+ : fallbacks)) {
+    knn_item *h = heaps + (size_t)KNN_THREAD() * heap_per;
+    float *qc = qcs + (size_t)KNN_THREAD() * qc_per;
     SS_OMP(omp for schedule(dynamic, 1))
     for (int64_t b = 0; b < n_blocks; b++) {
-      if (failed) continue;
       int64_t q0 = b * KNN_CPU_QUERY_BLOCK, nq = m - q0 < KNN_CPU_QUERY_BLOCK ? m - q0 : KNN_CPU_QUERY_BLOCK;
-      fallbacks += cpu_query_block(ix, query, q0, nq, k, kc, heaps, qc, idx, dist);
+      fallbacks += cpu_query_block(ix, query, q0, nq, k, kc, h, qc, idx, dist);
     }
-    free(heaps);
-    free(qc);
   }
-  (void)threads;
-  if (failed)
-    return ss_fail(ctx, SS_ERR_NOMEM, "knn: out of memory for the per-thread candidate heaps (k = %lld)", (long long)k);
+  free(heaps);
+  free(qcs);
   if (stats) {
     stats->candidates = kc;
     stats->fallbacks = fallbacks;
@@ -332,13 +347,15 @@ static ss_status merge_previous_blocks(ss_ctx *ctx, const ss_knn_index *ix, cons
 /* Neighbours among earlier queries of the same block: the exact lower triangle, row by row. */
 static ss_status merge_within_block(ss_ctx *ctx, const ss_knn_index *ix, int64_t k, const float *query, int64_t s,
                                     int64_t e, int64_t *idx, double *dist) {
-  int64_t d = ix->d, nb = e - s, failed = 0;
-  SS_OMP(omp parallel reduction(| : failed)) {
-    knn_item *extra = malloc(sizeof(knn_item) * (size_t)(nb + k));
-    if (!extra) failed = 1;
+  int64_t d = ix->d, nb = e - s;
+  const int threads = ss_threads_resolve(ix->be->n_threads);
+  const size_t per = (size_t)(nb + k);
+  knn_item *extras = NULL; /* per-thread scratch, made before the threads start */
+  SS_TRY(SS_ALLOC(ctx, extras, (size_t)threads * per, "knn: incremental block merge"));
+  SS_OMP(omp parallel num_threads(threads)) {
+    knn_item *extra = extras + (size_t)KNN_THREAD() * per;
     SS_OMP(omp for schedule(dynamic, 16))
     for (int64_t i = s; i < e; i++) {
-      if (!extra) continue;
       int64_t n_extra = 0;
       knn_item kth = {dist[i * k + k - 1], idx[i * k + k - 1]};
       for (int64_t j = s; j < i; j++) {
@@ -347,9 +364,8 @@ static ss_status merge_within_block(ss_ctx *ctx, const ss_knn_index *ix, int64_t
       }
       if (n_extra) row_merge(idx + i * k, dist + i * k, k, extra, n_extra, extra + n_extra);
     }
-    free(extra);
   }
-  if (failed) return ss_fail(ctx, SS_ERR_NOMEM, "knn: out of memory in the incremental block merge");
+  free(extras);
   return SS_OK;
 }
 

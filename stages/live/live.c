@@ -106,9 +106,7 @@ static ss_status grow(ss_ctx *ctx, void **p, int64_t *cap, int64_t need, int64_t
   if (need <= *cap) return SS_OK;
   int64_t c = *cap > floor_ ? *cap : floor_;
   while (c < need) c *= 2;
-  void *q = realloc(*p, (size_t)c * size);
-  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: %s (%zu bytes)", what, (size_t)c * size);
-  *p = q;
+  SS_TRY(ss_realloc(ctx, p, (size_t)c, size, what));
   *cap = c;
   return SS_OK;
 }

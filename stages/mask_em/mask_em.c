@@ -102,9 +102,7 @@ static ss_status log_push(ss_ctx *ctx, em_run *r, const ss_mask_em_iter_log *e) 
   ss_mask_em_result *res = r->res;
   if (res->n_log == r->log_cap) {
     int64_t cap = r->log_cap ? 2 * r->log_cap : 64;
-    ss_mask_em_iter_log *l = realloc(res->log, sizeof(*l) * (size_t)cap);
-    if (!l) return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the iteration log");
-    res->log = l;
+    SS_TRY(SS_REALLOC(ctx, res->log, (size_t)cap, "masked EM: iteration log"));
     r->log_cap = cap;
   }
   res->log[res->n_log++] = *e;

@@ -136,6 +136,8 @@ typedef struct {
   double *cost1, *cost2;  /* [n] */
   int64_t *order;         /* [n] points grouped by label (stable), for the per-cluster passes */
   int64_t *group;         /* [k_cap + 1] group starts in order */
+  double *score_kp;       /* [k_cap] scratch of the score: Σ k_p per cluster */
+  int64_t *score_n;       /* [k_cap] scratch of the score: points per cluster */
   ss_mask_em_model model;
   double *scratch; /* per-thread scratch */
   size_t scratch_per_thread;

@@ -36,12 +36,7 @@ static void model_free(ss_mask_em_model *m) {
   memset(m, 0, sizeof(*m));
 }
 
-#define GROW(ptr, count, what) \
-  do { \
-    void *p_ = realloc((ptr), sizeof(*(ptr)) * (size_t)(count)); \
-    if (!p_) return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for %s", (what)); \
-    (ptr) = p_; \
-  } while (0)
+#define GROW(ptr, count, what) SS_TRY(SS_REALLOC(ctx, ptr, (size_t)(count), "masked EM: " what))
 
 /* Capacity for k clusters (per-cluster arrays; the block pools grow in the M-step). */
 static ss_status model_reserve(ss_ctx *ctx, ss_mask_em_model *m, int64_t k, int64_t d) {
@@ -69,7 +64,11 @@ static ss_status model_reserve(ss_ctx *ctx, ss_mask_em_model *m, int64_t k, int6
 ss_status ss_mask_em_state_set_k(ss_ctx *ctx, ss_mask_em_state *st, int64_t k) {
   int64_t old = st->model.k_cap;
   SS_TRY(model_reserve(ctx, &st->model, k, st->data->d));
-  if (st->model.k_cap != old) GROW(st->group, st->model.k_cap + 1, "cluster groups");
+  if (st->model.k_cap != old) {
+    GROW(st->group, st->model.k_cap + 1, "cluster groups");
+    GROW(st->score_kp, st->model.k_cap, "score sums");
+    GROW(st->score_n, st->model.k_cap, "score counts");
+  }
   for (int64_t c = st->model.k; c < k; c++) {
     st->model.count[c] = 0;
     st->model.alive[c] = 0;
@@ -88,6 +87,8 @@ void ss_mask_em_state_free(ss_mask_em_state *st) {
   free(st->cost2);
   free(st->order);
   free(st->group);
+  free(st->score_kp);
+  free(st->score_n);
   free(st->scratch);
   free(st->iscratch);
   model_free(&st->model);
@@ -185,19 +186,12 @@ static void label_sums(const ss_mask_em_state *st, double *kp, int64_t *cnt) {
 
 double ss_mask_em_score(const ss_mask_em_state *st) {
   int64_t k = st->model.k;
-  double *kp = malloc(sizeof(double) * (size_t)k);
-  int64_t *cnt = malloc(sizeof(int64_t) * (size_t)k);
-  if (!kp || !cnt) {
-    free(kp);
-    free(cnt);
-    return NAN;
-  }
+  double *kp = st->score_kp; /* sized with the clusters (ss_mask_em_state_set_k): nothing to allocate here */
+  int64_t *cnt = st->score_n;
   label_sums(st, kp, cnt);
   double s = 0.0;
   for (int64_t j = 0; j < st->n; j++) s += st->cost[j];
   for (int64_t c = 0; c < k; c++) s += ss_mask_em_penalty(st, kp[c], cnt[c]);
-  free(kp);
-  free(cnt);
   return s;
 }
 

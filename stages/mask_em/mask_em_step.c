@@ -112,16 +112,8 @@ static ss_status block_layout(ss_ctx *ctx, ss_mask_em_model *md) {
   md->block_off[md->k] = off;
   if (off <= md->block_cap) return SS_OK;
   int64_t cap = off + off / 2 + 1;
-  double *b = realloc(md->block, sizeof(double) * (size_t)cap);
-  if (!b)
-    return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the covariance blocks (%lld values)",
-                   (long long)cap);
-  md->block = b;
-  b = realloc(md->block_inv, sizeof(double) * (size_t)cap);
-  if (!b)
-    return ss_fail(ctx, SS_ERR_NOMEM, "masked EM: out of memory for the covariance blocks (%lld values)",
-                   (long long)cap);
-  md->block_inv = b;
+  SS_TRY(SS_REALLOC(ctx, md->block, (size_t)cap, "masked EM: covariance blocks"));
+  SS_TRY(SS_REALLOC(ctx, md->block_inv, (size_t)cap, "masked EM: covariance blocks"));
   md->block_cap = cap;
   return SS_OK;
 }
@@ -270,6 +262,7 @@ double ss_mask_em_point_cost(const ss_mask_em_state *st, int64_t j, int64_t c) {
   if (c < 0 || c >= md->k || !md->alive[c]) return INFINITY;
   if (c == 0) return -log(md->weight[0]);
   int64_t d = st->data->d, p = ss_em_point(st, j);
+  /* Deliberately outside ss_alloc: a per-point probe for tests, not on the sort path (NAN when out of memory). */
   double *r = malloc(sizeof(double) * (size_t)(3 * d));
   int32_t *qb = malloc(sizeof(int32_t) * (size_t)d);
   double cost = NAN;

@@ -177,10 +177,7 @@ ss_status ss_match_bank_build(ss_ctx *ctx, const ss_params *p, double rate_hz, c
 /* --- matching one chunk ------------------------------------------------------------------------ */
 
 static ss_status grow(ss_ctx *ctx, void **p, size_t count, size_t size) {
-  void *q = realloc(*p, count * size);
-  if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: matched spikes (%zu bytes)", count * size);
-  *p = q;
-  return SS_OK;
+  return ss_realloc(ctx, p, count, size, "matched spikes");
 }
 
 static ss_status list_push(ss_ctx *ctx, ss_match_list *l, int64_t row, int32_t unit, float amp, float gain) {

@@ -68,10 +68,11 @@ ss_status ss_cluster_majority_map(ss_ctx *ctx, const int32_t *found, const int32
   int32_t max_found = 0;
   for (int64_t p = 0; p < n; p++)
     if (found[p] > max_found) max_found = found[p];
-  int32_t *major = malloc(sizeof(int32_t) * ((size_t)max_found + 1));
-  if (!major) {
+  int32_t *major = NULL;
+  ss_status st = SS_ALLOC(ctx, major, (size_t)max_found + 1, "cluster metrics: majority labels");
+  if (st != SS_OK) {
     free(c);
-    return ss_fail(ctx, SS_ERR_NOMEM, "cluster metrics: out of memory");
+    return st;
   }
   int64_t kept = 0;
   for (int64_t i = 0, j; i < n; i = j) { /* runs of one found cluster, true labels increasing */

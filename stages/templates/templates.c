@@ -10,6 +10,13 @@
 #include "core/log.h"
 #include "core/order.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#define TPL_THREAD() omp_get_thread_num()
+#else
+#define TPL_THREAD() 0
+#endif
+
 #define SS_TEMPLATES_MAD_TO_SD 1.4826
 
 /* Gain of template t (noise-scaled) for spike x scaled by inv_nu (NULL: x is scaled already) over the
@@ -103,17 +110,15 @@ static double median_residual(const ss_params *p, const ss_templates_input *in, 
 
 /* Steps 2 and 4 for the cnt spikes mem[0..cnt): the template t[0..D), the footprint fp[0..C) and in *res the
  * median residual per footprint feature (INFINITY when the cluster is too small or has no footprint).
- * Returns -1 when out of memory, else 0. */
-static int fit_cluster(const ss_params *p, const ss_templates_input *in, const float *inv_nu, const int64_t *mem,
-                       int64_t cnt, float *t, uint8_t *fp, double *res) {
+ * buf: scratch of SS_TEMPLATES_SAMPLE values. */
+static void fit_cluster(const ss_params *p, const ss_templates_input *in, const float *inv_nu, const int64_t *mem,
+                        int64_t cnt, float *t, uint8_t *fp, double *res, double *buf) {
   const int C = in->n_channels, P = in->n_pcs, D = C * P;
   memset(t, 0, (size_t)D * sizeof(float));
   memset(fp, 0, (size_t)C);
   *res = INFINITY;
-  if (cnt <= 0) return 0;
+  if (cnt <= 0) return;
   const int64_t m = cnt < SS_TEMPLATES_SAMPLE ? cnt : SS_TEMPLATES_SAMPLE;
-  double *buf = malloc((size_t)m * sizeof(double));
-  if (!buf) return -1;
   for (int j = 0; j < D; j++) {
     for (int64_t r = 0; r < m; r++) {
       const int64_t i = mem[(int64_t)((__int128)r * cnt / m)];
@@ -136,8 +141,6 @@ static int fit_cluster(const ss_params *p, const ss_templates_input *in, const f
     nfp += fp[ch];
   }
   if (nfp > 0 && cnt >= p->templates.min_spikes) *res = median_residual(p, in, inv_nu, mem, cnt, t, fp, nfp, buf);
-  free(buf);
-  return 0;
 }
 
 /* Squared distance between the scaled spike x (scaled by inv_nu) and the point c, over all D features. */
@@ -150,17 +153,24 @@ static double dist2(const float *x, const float *inv_nu, const double *c, int D)
   return d;
 }
 
+/* Scratch of step 0, sized for the largest cluster (n spikes) and made before it starts. */
+typedef struct {
+  double *buf;    /* [SS_TEMPLATES_SAMPLE] the median's sample */
+  double *centre; /* [2 × D] the two 2-means centres */
+  uint8_t *side;  /* [n] */
+  int64_t *tmp;   /* [n] */
+} split_work;
+
 /* Step 0's bisection of mem[0..m) (noise-scaled, all features): 2-means seeded by the spike farthest from
  * the template t and the spike farthest from that one; mem is reordered so that the first part comes first
- * (each part in its old order). Returns the size of the first part (0 or m: no split), or -1 when out of
- * memory. */
-static int64_t bisect(const ss_templates_input *in, const float *inv_nu, const float *t, int64_t *mem, int64_t m) {
+ * (each part in its old order). Returns the size of the first part (0 or m: no split). */
+static int64_t bisect(const ss_templates_input *in, const float *inv_nu, const float *t, int64_t *mem, int64_t m,
+                      const split_work *w) {
   const int D = in->n_channels * in->n_pcs;
-  double *ca = malloc((size_t)D * 2 * sizeof(double)), *cb = ca ? ca + D : NULL;
-  uint8_t *side = malloc((size_t)m);
-  int64_t *tmp = malloc((size_t)m * sizeof(int64_t));
-  int64_t na = -1;
-  if (!ca || !side || !tmp) goto done;
+  double *ca = w->centre, *cb = ca + D;
+  uint8_t *side = w->side;
+  int64_t *tmp = w->tmp;
+  int64_t na = 0;
   for (int j = 0; j < D; j++) ca[j] = t[j];
   int64_t ia = 0, ib = 0;
   double best = -1;
@@ -193,10 +203,6 @@ static int64_t bisect(const ss_templates_input *in, const float *inv_nu, const f
   int64_t a = 0, b = na;
   for (int64_t r = 0; r < m; r++) tmp[side[r] ? a++ : b++] = mem[r];
   memcpy(mem, tmp, (size_t)m * sizeof(int64_t));
-done:
-  free(ca);
-  free(side);
-  free(tmp);
   return na;
 }
 
@@ -207,9 +213,10 @@ typedef struct {
 
 /* Step 0 for cluster c (its spikes mem[0..cnt), reordered): when it fails the unit test, bisect it and each
  * failing part, up to templates.split_depth; every final part gets a new label *next_id, *next_id + 1, ....
- * t/fp: scratch for one template. Returns -1 when out of memory, else the number of parts (0: kept). */
+ * t/fp: scratch for one template. Returns the number of parts (0: kept). */
 static int64_t split_cluster(const ss_params *p, const ss_templates_input *in, const float *inv_nu, int64_t *mem,
-                             int64_t cnt, float *t, uint8_t *fp, int32_t *labels, int32_t *next_id) {
+                             int64_t cnt, float *t, uint8_t *fp, const split_work *w, int32_t *labels,
+                             int32_t *next_id) {
   const int64_t min_part = p->templates.min_spikes;
   segment stack[2 * 16 + 2];
   int top = 0;
@@ -218,10 +225,9 @@ static int64_t split_cluster(const ss_params *p, const ss_templates_input *in, c
   while (top > 0) {
     const segment g = stack[--top];
     double res;
-    if (fit_cluster(p, in, inv_nu, mem + g.off, g.len, t, fp, &res) < 0) return -1;
+    fit_cluster(p, in, inv_nu, mem + g.off, g.len, t, fp, &res, w->buf);
     const int final = res <= p->templates.max_residual || g.depth >= p->templates.split_depth || g.len < 2 * min_part;
-    int64_t na = final ? 0 : bisect(in, inv_nu, t, mem + g.off, g.len);
-    if (na < 0) return -1;
+    const int64_t na = final ? 0 : bisect(in, inv_nu, t, mem + g.off, g.len, w);
     if (final || na == 0 || na == g.len) {
       if (g.depth == 0) return 0;
       for (int64_t r = 0; r < g.len; r++) labels[mem[g.off + r]] = *next_id;
@@ -252,6 +258,11 @@ static ss_status split_failing(ss_ctx *ctx, const ss_params *p, const ss_templat
   if (st == SS_OK) st = SS_ALLOC(ctx, fp, (size_t)C, "template split");
   int64_t *fill = NULL;
   if (st == SS_OK) st = SS_ALLOC(ctx, fill, (size_t)k, "template split");
+  split_work w = {0};
+  if (st == SS_OK) st = SS_ALLOC(ctx, w.buf, SS_TEMPLATES_SAMPLE, "template split");
+  if (st == SS_OK) st = SS_ALLOC(ctx, w.centre, (size_t)D * 2, "template split");
+  if (st == SS_OK) st = SS_ALLOC(ctx, w.side, (size_t)(n > 0 ? n : 1), "template split");
+  if (st == SS_OK) st = SS_ALLOC(ctx, w.tmp, (size_t)(n > 0 ? n : 1), "template split");
   if (st == SS_OK) {
     for (int64_t i = 0; i < n; i++) start[labels[i] + 1]++;
     for (int64_t c = 0; c < k; c++) start[c + 1] += start[c];
@@ -261,12 +272,15 @@ static ss_status split_failing(ss_ctx *ctx, const ss_params *p, const ss_templat
   int32_t next_id = (int32_t)k;
   for (int64_t c = 1; st == SS_OK && c < k; c++) {
     if (in->may_split && !in->may_split[c]) continue;
-    const int64_t parts = split_cluster(p, in, inv_nu, order + start[c], start[c + 1] - start[c], t, fp, labels,
+    const int64_t parts = split_cluster(p, in, inv_nu, order + start[c], start[c + 1] - start[c], t, fp, &w, labels,
                                         &next_id);
-    if (parts < 0) st = ss_fail(ctx, SS_ERR_NOMEM, "templates: out of memory splitting cluster %" PRId64, c);
     *n_split += parts > 0;
   }
   *k_out = next_id;
+  free(w.buf);
+  free(w.centre);
+  free(w.side);
+  free(w.tmp);
   free(start);
   free(order);
   free(t);
@@ -305,21 +319,20 @@ static ss_status build_templates(ss_ctx *ctx, const ss_params *p, const ss_templ
     return st;
   }
   const int T = in->n_threads > 0 ? in->n_threads : 1;
-  int failed = 0;
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) reduction(|| : failed)
-  for (int64_t c = 1; c < k; c++) {
-    ts->is_unit[c] = 0;
-    double res;
-    if (fit_cluster(p, in, inv_nu, order + start[c], ts->count[c], ts->tmpl + c * D, ts->fp + c * C, &res) < 0) {
-      failed = 1;
-      continue;
+  double *bufs = NULL; /* one median sample per thread */
+  st = SS_ALLOC(ctx, bufs, (size_t)T * SS_TEMPLATES_SAMPLE, "template medians");
+  if (st == SS_OK) {
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1)
+    for (int64_t c = 1; c < k; c++) {
+      double res, *buf = bufs + (size_t)TPL_THREAD() * SS_TEMPLATES_SAMPLE;
+      fit_cluster(p, in, inv_nu, order + start[c], ts->count[c], ts->tmpl + c * D, ts->fp + c * C, &res, buf);
+      ts->is_unit[c] = res <= p->templates.max_residual;
     }
-    ts->is_unit[c] = res <= p->templates.max_residual;
   }
+  free(bufs);
   free(start);
   free(order);
-  if (failed) return ss_fail(ctx, SS_ERR_NOMEM, "templates: out of memory for a cluster's median");
-  return SS_OK;
+  return st;
 }
 
 /* Step 5: the new label of every spike. units_of[ch]: the units whose footprint holds channel ch. */

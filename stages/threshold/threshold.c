@@ -7,6 +7,13 @@
 
 #include "core/log.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#define THR_THREAD() omp_get_thread_num()
+#else
+#define THR_THREAD() 0
+#endif
+
 ss_status ss_threshold_plan(ss_ctx *ctx, const ss_params *p, int64_t n_samples, double rate_hz, int64_t *excerpt_len,
                             int64_t **out_index, int64_t *n_out) {
   *out_index = NULL;
@@ -66,20 +73,21 @@ static inline uint32_t abs_bits(float x) {
 
 /* One histogram pass for the two ranks at once: hist[r][g][digit] counts the samples of group g whose
  * higher digits equal prefix[r][g] (every sample at level 0, where both histograms are the same and
- * only hist[0] is filled). Blocks are shared among threads, each with its own histograms. */
+ * only hist[0] is filled). Blocks are shared among threads, each with its own histograms: local holds
+ * n_threads × 2G × SS_RS_BINS counts, made by the caller so that no allocation fails in here. */
 static void hist_pass(const ss_sample_block *blocks, int n_blocks, int C, const int *group, int G, int level,
-                      uint32_t *const prefix[2], int64_t *hist, int n_threads) {
+                      uint32_t *const prefix[2], int64_t *hist, int64_t *local, int n_threads) {
   const int sh = rs_shift[level], psh = sh + rs_width[level];
   const uint32_t mask = (1u << rs_width[level]) - 1;
   const size_t per = (size_t)2 * G * SS_RS_BINS;
 #pragma omp parallel num_threads(n_threads)
   {
-    int64_t *h = calloc(per, sizeof(int64_t));
+    int64_t *h = local + (size_t)THR_THREAD() * per;
+    memset(h, 0, per * sizeof(int64_t));
     const uint32_t *restrict p0 = prefix[0], *restrict p1 = prefix[1];
     const int *restrict grp = group;
 #pragma omp for schedule(dynamic, 1)
     for (int b = 0; b < n_blocks; b++) {
-      if (!h) continue;
       const float *restrict x = blocks[b].x;
       const int64_t rows = blocks[b].n_rows;
       for (int64_t t = 0; t < rows; t++)
@@ -97,8 +105,7 @@ static void hist_pass(const ss_sample_block *blocks, int n_blocks, int C, const 
         }
     }
 #pragma omp critical
-    for (size_t i = 0; h && i < per; i++) hist[i] += h[i];
-    free(h);
+    for (size_t i = 0; i < per; i++) hist[i] += h[i];
   }
 }
 
@@ -112,10 +119,12 @@ static float bits_float(uint32_t u) {
  * and upper middle ranks are selected together, digit by digit. */
 static ss_status group_medians(ss_ctx *ctx, const ss_sample_block *blocks, int n_blocks, int C, const int *group, int G,
                                const int64_t *count, int n_threads, float *median) {
-  int64_t *hist = NULL, *rank = NULL;
+  int64_t *hist = NULL, *rank = NULL, *local = NULL;
   uint32_t *pre = NULL;
   ss_status st = SS_ERR_NOMEM;
+  const int T = n_threads > 0 ? n_threads : 1;
   if (SS_ALLOC(ctx, hist, (size_t)2 * G * SS_RS_BINS, "noise histogram") != SS_OK ||
+      SS_ALLOC(ctx, local, (size_t)T * 2 * G * SS_RS_BINS, "noise histograms per thread") != SS_OK ||
       SS_CALLOC(ctx, rank, (size_t)2 * G, "noise ranks") != SS_OK ||
       SS_CALLOC(ctx, pre, (size_t)2 * G, "noise prefixes") != SS_OK)
     goto done;
@@ -126,7 +135,7 @@ static ss_status group_medians(ss_ctx *ctx, const ss_sample_block *blocks, int n
   }
   for (int level = 0; level < SS_RS_LEVELS; level++) {
     memset(hist, 0, sizeof(int64_t) * (size_t)2 * G * SS_RS_BINS);
-    hist_pass(blocks, n_blocks, C, group, G, level, prefix, hist, n_threads);
+    hist_pass(blocks, n_blocks, C, group, G, level, prefix, hist, local, T);
     for (int r = 0; r < 2; r++)
       for (int g = 0; g < G; g++) {
         const int64_t *h = hist + (size_t)((level == 0 ? 0 : r) * G + g) * SS_RS_BINS;
@@ -140,6 +149,7 @@ static ss_status group_medians(ss_ctx *ctx, const ss_sample_block *blocks, int n
   st = SS_OK;
 done:
   free(hist);
+  free(local);
   free(rank);
   free(pre);
   return st;
