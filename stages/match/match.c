@@ -176,19 +176,20 @@ ss_status ss_match_bank_build(ss_ctx *ctx, const ss_params *p, double rate_hz, c
 
 /* --- matching one chunk ------------------------------------------------------------------------ */
 
-static ss_status grow(ss_ctx *ctx, void **p, size_t count, size_t size) {
-  return ss_realloc(ctx, p, count, size, "matched spikes");
+ss_status ss_match_list_reserve(ss_ctx *ctx, ss_match_list *l, int64_t n) {
+  if (n <= l->cap) return SS_OK;
+  size_t cap = l->cap ? 2 * (size_t)l->cap : 256;
+  while (cap < (size_t)n) cap *= 2;
+  SS_TRY(SS_REALLOC(ctx, l->row, cap, "matched spikes"));
+  SS_TRY(SS_REALLOC(ctx, l->unit, cap, "matched spikes"));
+  SS_TRY(SS_REALLOC(ctx, l->amp, cap, "matched spikes"));
+  SS_TRY(SS_REALLOC(ctx, l->gain, cap, "matched spikes"));
+  l->cap = (int64_t)cap;
+  return SS_OK;
 }
 
 static ss_status list_push(ss_ctx *ctx, ss_match_list *l, int64_t row, int32_t unit, float amp, float gain) {
-  if (l->n == l->cap) {
-    size_t cap = l->cap ? 2 * (size_t)l->cap : 256;
-    SS_TRY(grow(ctx, (void **)&l->row, cap, sizeof(*l->row)));
-    SS_TRY(grow(ctx, (void **)&l->unit, cap, sizeof(*l->unit)));
-    SS_TRY(grow(ctx, (void **)&l->amp, cap, sizeof(*l->amp)));
-    SS_TRY(grow(ctx, (void **)&l->gain, cap, sizeof(*l->gain)));
-    l->cap = (int64_t)cap;
-  }
+  SS_TRY(ss_match_list_reserve(ctx, l, l->n + 1));
   l->row[l->n] = row;
   l->unit[l->n] = unit;
   l->amp[l->n] = amp;

@@ -411,24 +411,7 @@ static ss_status one_round(ss_ctx *ctx, ss_match_cuda *h, int64_t t0, int64_t R,
   return SS_OK;
 }
 
-static ss_status list_reserve(ss_ctx *ctx, ss_match_list *l, int64_t n) {
-  if (n <= l->cap) return SS_OK;
-  size_t cap = l->cap ? 2 * (size_t)l->cap : 256;
-  while (cap < (size_t)n) cap *= 2;
-  void *p[4] = {l->row, l->unit, l->amp, l->gain};
-  const size_t size[4] = {sizeof(*l->row), sizeof(*l->unit), sizeof(*l->amp), sizeof(*l->gain)};
-  for (int i = 0; i < 4; i++) {
-    void *q = realloc(p[i], cap * size[i]);
-    if (!q) return ss_fail(ctx, SS_ERR_NOMEM, "out of memory: matched spikes (%zu bytes)", cap * size[i]);
-    p[i] = q;
-    if (i == 0) l->row = (int64_t *)q;
-    if (i == 1) l->unit = (int32_t *)q;
-    if (i == 2) l->amp = (float *)q;
-    if (i == 3) l->gain = (float *)q;
-  }
-  l->cap = (int64_t)cap;
-  return SS_OK;
-}
+static ss_status list_reserve(ss_ctx *ctx, ss_match_list *l, int64_t n) { return ss_match_list_reserve(ctx, l, n); }
 
 /* The chunk's spikes of the owned rows onto out, sorted by (row, unit) as the CPU leaves them. */
 static ss_status append_owned(ss_ctx *ctx, const ss_match_cuda *h, const ss_match_chunk *ch, int64_t total,

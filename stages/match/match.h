@@ -71,6 +71,8 @@ typedef struct {
 } ss_match_list;
 
 void ss_match_list_clear(ss_match_list *l);
+/* Room for n spikes (grown geometrically; the entries kept). */
+ss_status ss_match_list_reserve(ss_ctx *ctx, ss_match_list *l, int64_t n);
 void ss_match_list_free(ss_match_list *l);
 
 /* A filtered chunk (µV, time-major [n_rows × C]) and its rows. On return x holds the residual: the
