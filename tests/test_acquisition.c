@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "acq_fixtures.h"
 #include "io/source.h"
 #include "ss_test.h"
 
@@ -15,13 +16,6 @@
 
 static void ok(ss_ctx *ctx, ss_status st) {
   if (st != SS_OK) fail_msg("%s", ss_error_message(ctx));
-}
-
-static void write_bytes(const char *path, const void *data, size_t n) {
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(data, 1, n, f), n);
-  fclose(f);
 }
 
 /* Open `spec`, read every sample in chunks of 333 and compare with want(t, c). */
@@ -280,34 +274,6 @@ static void openephys_read(void **state) {
 
 /* ---------------------------------------------------------------- Intan */
 
-typedef struct {
-  unsigned char *b;
-  size_t n;
-} bytes_t;
-
-static void put(bytes_t *o, uint32_t v, int size) {
-  o->b = realloc(o->b, o->n + 4);
-  for (int i = 0; i < size; i++) o->b[o->n++] = (unsigned char)(v >> (8 * i));
-}
-static void put_f32(bytes_t *o, float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  put(o, u, 4);
-}
-static void put_qstring(bytes_t *o, const char *ascii) { /* UTF-16LE, or null */
-  put(o, ascii ? (uint32_t)(2 * strlen(ascii)) : 0xFFFFFFFFu, 4);
-  for (; ascii && *ascii; ascii++) put(o, (unsigned char)*ascii, 2);
-}
-/* One channel record: signal type and enabled flag; rhs has a command_stream field. */
-static void put_channel(bytes_t *o, int rhs, const char *name, int type) {
-  put_qstring(o, name);
-  put_qstring(o, name);
-  put(o, 0, 2), put(o, 0, 2);
-  put(o, (uint32_t)type, 2), put(o, 1, 2);
-  for (int i = 0; i < (rhs ? 3 : 2) + 4; i++) put(o, 0, 2);
-  put_f32(o, 0), put_f32(o, 0);
-}
-
 static int16_t intan_value(int64_t t, int c) { return (int16_t)((t * 11 + c * 5000) % 30000 - 15000); }
 
 #define INTAN_BLOCKS 5
@@ -316,29 +282,7 @@ static int16_t intan_value(int64_t t, int c) { return (int16_t)((t * 11 + c * 50
 static void write_intan(char *path, size_t len, int rhs, int major) {
   ss_test_path(path, len, rhs ? "tiny.rhs" : major == 3 ? "tiny3.rhd" : "tiny.rhd");
   bytes_t o = {0};
-  put(&o, rhs ? 0xD69127ACu : 0xC6912702u, 4);
-  put(&o, (uint32_t)major, 2), put(&o, 3, 2);
-  put_f32(&o, 20000.0f);
-  put(&o, 1, 2);
-  for (int i = 0; i < (rhs ? 8 : 6); i++) put_f32(&o, 1.0f);
-  put(&o, 1, 2); /* notch 50 Hz */
-  put_f32(&o, 1000.0f), put_f32(&o, 1000.0f);
-  if (rhs) put(&o, 0, 2), put(&o, 0, 2), put_f32(&o, 1), put_f32(&o, 1), put_f32(&o, 1);
-  put_qstring(&o, "note"), put_qstring(&o, NULL), put_qstring(&o, NULL);
-  if (rhs) put(&o, 0, 2), put(&o, 0, 2), put_qstring(&o, "hardware");
-  else {
-    put(&o, 0, 2), put(&o, 0, 2); /* temp sensors, eval board mode */
-    if (major > 1) put_qstring(&o, "hardware");
-  }
-  put(&o, 2, 2); /* groups */
-  put_qstring(&o, "Port A"), put_qstring(&o, "A");
-  put(&o, 1, 2), put(&o, rhs ? 2 : 3, 2), put(&o, 2, 2);
-  put_channel(&o, rhs, "A-000", 0);
-  put_channel(&o, rhs, "A-001", 0);
-  if (!rhs) put_channel(&o, rhs, "A-AUX1", 1);
-  put_qstring(&o, "Board ADC"), put_qstring(&o, "ADC");
-  put(&o, 1, 2), put(&o, 1, 2), put(&o, 0, 2);
-  put_channel(&o, rhs, "ADC-00", 3);
+  put_intan_header(&o, rhs, major, 20000.0f, 2, 1);
   int n = rhs || major >= 3 ? 128 : 60;
   for (int b = 0; b < INTAN_BLOCKS; b++) {
     for (int i = 0; i < n; i++) put(&o, (uint32_t)(1000 + b * n + i), 4);
