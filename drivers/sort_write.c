@@ -294,9 +294,11 @@ static ss_status phy_fill(ss_ctx *ctx, const ss_sort_state *s, int F, phy_buffer
     b->groups[a] = ss_quality_label_name(s->sum->quality.label[a]);
     for (int64_t q = 0; q < K; q++) {
       int shared;
-      double r = a == q ? 1.0
-                        : ss_merge_waveform_corr(c->wave + (size_t)a * C * W, c->mean_mask + a * C,
-                                                 c->wave + (size_t)q * C * W, c->mean_mask + q * C, C, W, &shared);
+      /* the clusters' mean waveforms (c->W samples), whatever templates.npy holds */
+      double r = a == q
+                     ? 1.0
+                     : ss_merge_waveform_corr(c->wave + (size_t)a * C * c->W, c->mean_mask + a * C,
+                                              c->wave + (size_t)q * C * c->W, c->mean_mask + q * C, C, c->W, &shared);
       b->similar[a * K + q] = isfinite(r) ? (float)r : 0.0f;
     }
   }

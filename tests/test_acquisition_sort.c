@@ -124,8 +124,7 @@ static void write_spikeglx(char *bin, size_t len) {
                    "imAiRangeMax=" GLX_RANGE "\nimAiRangeMin=-" GLX_RANGE "\nimMaxInt=512\n"
                    "snsSaveChanSubset=all\nfileSizeBytes=%zu\n~imroTbl=(0,%d)",
                    RATE, NCH + 1, NCH, NCH, NCH, bytes, NCH);
-  for (int c = 0; c < NCH; c++)
-    k += snprintf(text + k, sizeof(text) - (size_t)k, "(%d 0 0 %d 250 1)", c, GLX_GAIN);
+  for (int c = 0; c < NCH; c++) k += snprintf(text + k, sizeof(text) - (size_t)k, "(%d 0 0 %d 250 1)", c, GLX_GAIN);
   snprintf(text + k, sizeof(text) - (size_t)k, "\n");
   write_bytes(meta, text, strlen(text));
 }
