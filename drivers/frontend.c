@@ -146,6 +146,17 @@ static ss_status slots_status(ss_ctx *ctx, fe_slot *slots, int n) {
   return SS_OK;
 }
 
+/* Read chunks first .. first + m − 1 into slots 0 .. m − 1 (the source is read from this thread only). */
+static ss_status load_batch(ss_ctx *ctx, ss_source *src, fe_slot *slots, int64_t first, int m) {
+  for (int j = 0; j < m; j++) {
+    ss_chunk ch;
+    SS_TRY(ss_source_chunk(ctx, src, first + j, &ch));
+    SS_TRY(slot_load(ctx, &slots[j], &ch));
+    slot_ctx_init(&slots[j], ctx);
+  }
+  return SS_OK;
+}
+
 static int n_threads_of(const ss_backend *be) { return be && be->n_threads > 0 ? be->n_threads : 1; }
 
 int ss_frontend_pass_slots(const ss_backend *be) { return n_threads_of(be); }
@@ -293,12 +304,7 @@ static ss_status run_chunks(ss_ctx *ctx, const ss_backend *be, fe_state *fs, ss_
   ss_status st = SS_OK;
   for (int64_t b = 0; b < n_chunks && st == SS_OK; b += T) {
     int m = (int)(n_chunks - b < T ? n_chunks - b : T);
-    for (int j = 0; j < m && st == SS_OK; j++) {
-      ss_chunk ch;
-      st = ss_source_chunk(ctx, src, b + j, &ch);
-      if (st == SS_OK) st = slot_load(ctx, &slots[j], &ch);
-      slot_ctx_init(&slots[j], ctx);
-    }
+    st = load_batch(ctx, src, slots, b, m);
     if (st != SS_OK) break;
 #pragma omp parallel for num_threads(T) schedule(dynamic, 1)
     for (int j = 0; j < m; j++) {
@@ -374,12 +380,7 @@ ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p
   ss_progress_start(&prog, ctx, pass->name, fs.info->duration_s);
   for (int64_t b = 0; b < n_chunks && st == SS_OK; b += T) {
     int m = (int)(n_chunks - b < T ? n_chunks - b : T);
-    for (int j = 0; j < m && st == SS_OK; j++) {
-      ss_chunk ch;
-      st = ss_source_chunk(ctx, src, b + j, &ch);
-      if (st == SS_OK) st = slot_load(ctx, &slots[j], &ch);
-      slot_ctx_init(&slots[j], ctx);
-    }
+    st = load_batch(ctx, src, slots, b, m);
     if (st == SS_OK) st = pass_batch(ctx, &host, &fs, slots, m, pass);
     if (st == SS_OK) ss_progress_update(&prog, (double)(slots[m - 1].start + slots[m - 1].n) / fs.info->rate_hz);
   }

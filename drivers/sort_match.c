@@ -24,7 +24,7 @@ typedef struct {
   ss_match_work work;
   ss_match_list list;
   float *feat, *mask, *ampl, *resid;
-  size_t cap_feat;
+  size_t cap_feat, cap_mask, cap_ampl, cap_resid;
 } match_slot;
 
 /* GPU handles kept by the pass: each holds a chunk's scratch on the device, so there are fewer of them
@@ -238,15 +238,10 @@ static ss_status match_chunk(ss_ctx *ctx, void *user, int slot, ss_fe_view *v) {
   const int64_t m = sl->list.n;
   const size_t mm = (size_t)(m > 0 ? m : 1);
   SS_TRY(grow(ctx, (void **)&sl->buf, &sl->cap_buf, mm * C * nw, sizeof(float), "matched waveforms"));
-  size_t cap = sl->cap_feat;
-  SS_TRY(grow(ctx, (void **)&sl->feat, &cap, mm * C * P, sizeof(float), "matched features"));
-  cap = sl->cap_feat;
-  SS_TRY(grow(ctx, (void **)&sl->mask, &cap, mm * C * P, sizeof(float), "matched masks"));
-  cap = sl->cap_feat;
-  SS_TRY(grow(ctx, (void **)&sl->ampl, &cap, mm * C * P, sizeof(float), "matched amplitudes"));
-  cap = sl->cap_feat;
-  SS_TRY(grow(ctx, (void **)&sl->resid, &cap, mm * C * P, sizeof(float), "matched residuals"));
-  sl->cap_feat = cap;
+  SS_TRY(grow(ctx, (void **)&sl->feat, &sl->cap_feat, mm * C * P, sizeof(float), "matched features"));
+  SS_TRY(grow(ctx, (void **)&sl->mask, &sl->cap_mask, mm * C, sizeof(float), "matched masks"));
+  SS_TRY(grow(ctx, (void **)&sl->ampl, &sl->cap_ampl, mm, sizeof(float), "matched amplitudes"));
+  SS_TRY(grow(ctx, (void **)&sl->resid, &sl->cap_resid, mm, sizeof(float), "matched residuals"));
   for (int64_t q = 0; q < m; q++) {
     const int u = sl->list.unit[q];
     float *wave = sl->buf + (size_t)q * C * nw;
