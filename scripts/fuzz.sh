@@ -7,7 +7,9 @@
 # FUZZ_RUNS=N stops each target after N executions instead of SECONDS.
 # fuzz_nwb reads through the system HDF5 library, which allocates what a corrupt header declares
 # (4 to 32 GiB seen) before it reads it: for that target a request over 2 GiB fails (NULL, as it
-# may outside the fuzzer) instead of counting as out-of-memory (docs/testing.md).
+# may outside the fuzzer) instead of counting as out-of-memory (docs/testing.md); and since it forks
+# a child per input (the HDF5 watchdog), where the kernel copies the page tables of the whole
+# address space, ASan's quarantine is kept small (8 MiB): 2.7x the executions per second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
@@ -38,7 +40,7 @@ run_one() {
   mkdir -p "$work" "$found" "$fz/logs"
   cp -n fuzz/corpus/"$t"/* "$work"/ 2>/dev/null || true
   local rc=0 asan="detect_leaks=1:suppressions=$PWD/fuzz/asan.supp"
-  if [ "$t" = nwb ]; then asan="$asan:allocator_may_return_null=1:max_allocation_size_mb=2048"; fi
+  if [ "$t" = nwb ]; then asan="$asan:allocator_may_return_null=1:max_allocation_size_mb=2048:quarantine_size_mb=8"; fi
   TMPDIR="$scratch" ASAN_OPTIONS="$asan" LSAN_OPTIONS="suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     "$fz/fuzz/fuzz_$t" "$limit" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
