@@ -619,12 +619,46 @@ static ss_status open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_in
 
 /* HDF5 1.10 trusts the sizes and offsets in a file's metadata: on some corrupt files (a global heap
  * collection mutated under a variable-length string attribute, an object header of absurd size) it
- * loops forever, crashes or asks for tens of GiB inside the library, where no check of ours can
- * reach. So the file is opened first in a child process, under a time limit: a child killed by a
- * signal or still running at the limit refuses the file with one line; otherwise the same reads are
- * repeated here, where they are known to finish. Without fork (or a child to wait for) the file is
- * read here directly. */
-static void isolated_child(const ss_source_spec *spec) {
+ * loops forever, crashes, asks for tens of GiB or writes past its buffers inside the library, where
+ * no check of ours can reach. So the metadata is read in a child process only, under a time limit,
+ * and sent back through a pipe: a child killed by a signal, ending early or still running at the
+ * limit refuses the file with one line. This process then opens only the samples' dataset (its
+ * shape and type: no attributes, no global heap). Without fork the file is read here directly. */
+
+/* The child's report: the outcome and a failure's message, then on success the info's per-channel
+ * arrays (the pointers travel as presence flags). */
+typedef struct {
+  int32_t status, msg_len, has_scale, has_positions;
+  ss_source_info info;
+} child_report;
+
+static void write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = write(fd, c, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) _Exit(4);
+    c += w, n -= (size_t)w;
+  }
+}
+
+static void send_report(int fd, ss_status st, const ss_ctx *c, const ss_source_info *info) {
+  child_report r;
+  memset(&r, 0, sizeof(r));
+  r.status = st;
+  r.msg_len = st == SS_OK ? 0 : (int32_t)c->msg_len;
+  r.info = *info;
+  r.info.uv_per_step = r.info.x_um = r.info.y_um = NULL;
+  r.has_scale = st == SS_OK && info->uv_per_step;
+  r.has_positions = st == SS_OK && info->has_positions && info->x_um && info->y_um;
+  const size_t bytes = (size_t)info->n_channels * sizeof(double);
+  write_all(fd, &r, sizeof(r));
+  write_all(fd, c->msg, (size_t)r.msg_len);
+  if (r.has_scale) write_all(fd, info->uv_per_step, bytes);
+  if (r.has_positions) write_all(fd, info->x_um, bytes), write_all(fd, info->y_um, bytes);
+}
+
+static void isolated_child(const ss_source_spec *spec, ss_source_info *info, int out) {
   static const int crash[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
   for (size_t i = 0; i < sizeof(crash) / sizeof(crash[0]); i++) signal(crash[i], SIG_DFL); /* die quietly */
 #ifdef SS_SANITIZED
@@ -636,69 +670,129 @@ static void isolated_child(const ss_source_spec *spec) {
   ss_ctx_init(&c);
   c.quiet = 1;
   c.log_level = SS_LOG_ERROR;
-  ss_source_info info;
-  memset(&info, 0, sizeof(info));
   ss_store store;
   ss_store_init(&store);
-  open_hdf5(&c, spec, &info, &store);
+  send_report(out, open_hdf5(&c, spec, info, &store), &c, info);
   _Exit(0); /* no exit handlers: the parent's stdio buffers and libhdf5 stay the parent's */
 }
 
-/* Wait for the child up to `limit` seconds: its end of the pipe closes when it exits (or dies), which
- * wakes the poll at once. Returns 1 when it ended (status in *status), 0 at the limit. */
-static int wait_child(pid_t pid, int ready, double limit, int *status) {
+/* Read the child's report until it closes the pipe (it exited or died), at most `limit` seconds and
+ * `cap` bytes. Returns 1 when the pipe closed, 0 at the limit or on a failed read, -1 when the buffer
+ * could not grow (the failure is in ctx). */
+static int read_report(ss_ctx *ctx, int fd, double limit, size_t cap, unsigned char **buf, size_t *len) {
   const double t0 = ss_now();
+  size_t have = 0;
   for (;;) {
     double left = limit - (ss_now() - t0);
     if (left <= 0) return 0;
-    struct pollfd p = {ready, POLLIN, 0};
+    struct pollfd p = {fd, POLLIN, 0};
     int r = poll(&p, 1, left > 1000.0 ? 1000000 : (int)(left * 1000.0) + 1);
-    if (r > 0) break;
     if (r < 0 && errno != EINTR) return 0; /* cannot wait with a limit: treat as past it */
+    if (r <= 0) continue;
+    if (*len == have) {
+      if (have >= cap) return 0;
+      if (ss_realloc(ctx, (void **)buf, have ? 2 * have : 4096, 1, "metadata report") != SS_OK) return -1;
+      have = have ? 2 * have : 4096;
+    }
+    ssize_t n = read(fd, *buf + *len, have - *len);
+    if (n == 0) return 1;
+    if (n < 0 && errno != EINTR) return 0;
+    if (n > 0) *len += (size_t)n;
   }
-  while (waitpid(pid, status, 0) < 0)
-    if (errno != EINTR) return 1;
-  return 1;
 }
 
-static ss_status open_isolated(ss_ctx *ctx, const ss_source_spec *spec) {
+/* Take the info from the child's report (the path stays this process's). */
+static ss_status adopt_report(ss_ctx *ctx, const char *path, const unsigned char *buf, size_t len,
+                              ss_source_info *info) {
+  child_report r;
+  if (len < sizeof(r))
+    return ss_fail(ctx, SS_ERR_INPUT,
+                   "%s: the HDF5 library ended reading the metadata without a result: a corrupt file", path);
+  memcpy(&r, buf, sizeof(r));
+  const int channels_ok = r.info.n_channels > 0 && r.info.n_channels <= SS_SOURCE_MAX_CHANNELS;
+  const size_t bytes = channels_ok ? (size_t)r.info.n_channels * sizeof(double) : 0;
+  const int sane = r.status >= SS_OK && r.status <= SS_ERR_INTERNAL && r.msg_len >= 0 && r.msg_len < SS_CTX_MSG_MAX &&
+                   (r.status != SS_OK || channels_ok);
+  if (!sane || len != sizeof(r) + (size_t)r.msg_len + bytes * (size_t)((r.has_scale != 0) + 2 * (r.has_positions != 0)))
+    return ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library returned a damaged metadata result: a corrupt file", path);
+  const unsigned char *at = buf + sizeof(r);
+  if (r.status != SS_OK) return ss_fail(ctx, (ss_status)r.status, "%.*s", (int)r.msg_len, (const char *)at);
+  char keep[SS_SOURCE_PATH_MAX];
+  memcpy(keep, info->path, sizeof(keep));
+  free(info->uv_per_step), free(info->x_um), free(info->y_um);
+  *info = r.info;
+  memcpy(info->path, keep, sizeof(keep));
+  info->has_positions = r.has_positions != 0;
+  if (r.has_scale) SS_TRY(SS_ALLOC(ctx, info->uv_per_step, (size_t)info->n_channels, "channel scales"));
+  if (r.has_scale) memcpy(info->uv_per_step, at, bytes), at += bytes;
+  if (!r.has_positions) return SS_OK;
+  SS_TRY(SS_ALLOC(ctx, info->x_um, (size_t)info->n_channels, "positions"));
+  SS_TRY(SS_ALLOC(ctx, info->y_um, (size_t)info->n_channels, "positions"));
+  memcpy(info->x_um, at, bytes);
+  memcpy(info->y_um, at + bytes, bytes);
+  return SS_OK;
+}
+
+/* Read the metadata in a child (above). *isolated = 0 when no child could be started. */
+static ss_status read_isolated(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, int *isolated) {
   const double limit = spec->hdf5_limit_s > 0 ? spec->hdf5_limit_s : SS_SOURCE_HDF5_LIMIT_S;
+  *isolated = 0;
   int fds[2];
   if (pipe(fds) != 0) return SS_OK;
-  fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* a program started meanwhile must not hold the child's end */
+  fcntl(fds[0], F_SETFD, FD_CLOEXEC); /* a program started meanwhile must hold neither end */
+  fcntl(fds[1], F_SETFD, FD_CLOEXEC);
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    isolated_child(spec);
+    isolated_child(spec, info, fds[1]);
   }
   close(fds[1]);
   if (pid < 0) {
     close(fds[0]);
     return SS_OK;
   }
-  int status = 0;
-  const int ended = wait_child(pid, fds[0], limit, &status);
+  *isolated = 1;
+  unsigned char *buf = NULL;
+  size_t len = 0, cap = sizeof(child_report) + SS_CTX_MSG_MAX + 3 * SS_SOURCE_MAX_CHANNELS * sizeof(double);
+  const int ended = read_report(ctx, fds[0], limit, cap, &buf, &len);
   close(fds[0]);
-  if (!ended) {
-    kill(pid, SIGKILL);
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    return ss_fail(ctx, SS_ERR_INPUT,
-                   "%s: the HDF5 library did not finish reading the metadata in %g s: a corrupt file (or a very "
-                   "slow disk)",
-                   spec->path, limit);
+  int status = 0;
+  if (ended != 1) kill(pid, SIGKILL);
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (WIFSIGNALED(status))
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library crashed reading the metadata (signal %d): a corrupt file",
-                   spec->path, WTERMSIG(status));
-  if (WIFEXITED(status) && WEXITSTATUS(status) != 0) /* the child ends with 0 unless something ended it early */
-    return ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library failed reading the metadata (exit %d): a corrupt file",
-                   spec->path, WEXITSTATUS(status));
-  return SS_OK;
+  ss_status st = SS_ERR_NOMEM;
+  if (ended < 0) st = SS_ERR_NOMEM;
+  else if (!ended)
+    st = ss_fail(
+        ctx, SS_ERR_INPUT,
+        "%s: the HDF5 library did not finish reading the metadata in %g s: a corrupt file (or a very slow disk)",
+        spec->path, limit);
+  else if (WIFSIGNALED(status))
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library crashed reading the metadata (signal %d): a corrupt file",
+                 spec->path, WTERMSIG(status));
+  else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) /* 0 unless something ended it early */
+    st = ss_fail(ctx, SS_ERR_INPUT, "%s: the HDF5 library failed reading the metadata (exit %d): a corrupt file",
+                 spec->path, WEXITSTATUS(status));
+  else st = adopt_report(ctx, spec->path, buf, len, info);
+  free(buf);
+  return st;
+}
+
+/* After an isolated metadata read: open the samples' dataset only. */
+static ss_status open_samples(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
+  const char *file = info->data_path[0] ? info->data_path : spec->path;
+  h5src h = {H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT), file, ""};
+  if (h.fid < 0) return ss_fail(ctx, SS_ERR_INPUT, "%s: cannot open as HDF5", file);
+  char dataset[sizeof(info->dataset)]; /* open_store writes info->dataset again */
+  memcpy(dataset, info->dataset, sizeof(dataset));
+  ss_status st = open_store(ctx, &h, dataset, info->layout, info, store);
+  if (h.fid >= 0) H5Fclose(h.fid);
+  return st;
 }
 
 ss_status ss_source_open_hdf5(ss_ctx *ctx, const ss_source_spec *spec, ss_source_info *info, ss_store *store) {
   ss_h5_quiet();
-  SS_TRY(open_isolated(ctx, spec));
-  return open_hdf5(ctx, spec, info, store);
+  int isolated = 0;
+  SS_TRY(read_isolated(ctx, spec, info, &isolated));
+  return isolated ? open_samples(ctx, spec, info, store) : open_hdf5(ctx, spec, info, store);
 }
