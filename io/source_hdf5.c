@@ -670,13 +670,15 @@ static void send_report(int fd, ss_status st, const ss_ctx *c, const ss_source_i
 
 #ifdef SS_SANITIZED
 /* Sanitizer builds (the test suite, the fuzzers): a report in the child is libhdf5's when the
- * faulting frame is the library's (frame #0 an interceptor such as free, with no C source of ours,
- * and frame #1 in libhdf5); the child then ends like the crash it is. A report from our own code
- * (any UBSan report: libhdf5 is not instrumented) ends it with SAN_EXIT, and the parent aborts, so
- * that the fuzzer and the sanitizer suite see our bug. The callbacks take no argument: the verdict
- * lives in the child's own copy of this variable. */
+ * faulting frame is the library's (an ASan report whose frame #0 is an interceptor such as free,
+ * with no C source of ours, and frame #1 in libhdf5), and so is a death with no report at all (an
+ * allocator CHECK on a heap that the uninstrumented library wrote over: our instrumented code would
+ * have been reported at the write); the child then ends like the crash it is. A report from our own
+ * code (any UBSan report: libhdf5 is not instrumented) ends it with SAN_EXIT, and the parent aborts,
+ * so that the fuzzer and the sanitizer suite see our bug. The callbacks take no argument: the
+ * verdict lives in the child's own copy of this variable (-1: no report yet, 0: ours, 1: libhdf5's). */
 #define SAN_EXIT 86
-static int san_in_library;
+static int san_in_library = -1;
 
 static int frame_has(const char *report, const char *frame, const char *needle) {
   const char *f = strstr(report, frame);
@@ -691,7 +693,14 @@ static void san_report(const char *report) {
   san_in_library = !frame_has(report, "#0 ", ".c:") && frame_has(report, "#1 ", "libhdf5");
 }
 
-static void san_death(void) { _Exit(san_in_library ? 1 : SAN_EXIT); }
+/* The sanitizers' hook for every report's SUMMARY line (it replaces the runtime's printing of it). */
+void __sanitizer_report_error_summary(const char *summary);
+void __sanitizer_report_error_summary(const char *summary) {
+  fprintf(stderr, "%s\n", summary);
+  if (strstr(summary, "UndefinedBehaviorSanitizer")) san_in_library = 0;
+}
+
+static void san_death(void) { _Exit(san_in_library != 0 ? 1 : SAN_EXIT); }
 #endif
 
 static void isolated_child(const ss_source_spec *spec, ss_source_info *info, int out) {
