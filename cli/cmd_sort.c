@@ -12,11 +12,11 @@
 #define CMD "sort"
 
 /* --overwrite: no short form (the value lies outside the letters). */
-enum { OPT_OVERWRITE = 0x3001 };
+enum { OPT_OVERWRITE = 0x3001, OPT_PARAM, MAX_PARAM_SETS = 64 };
 
 static const char usage[] =
-    "usage: spikestream sort INPUT -o DIR [--probe P] [--params J] [--device D] [--threads N]\n"
-    "                        [--no-merge] [--check] [--overwrite] [source options]\n\n"
+    "usage: spikestream sort INPUT -o DIR [--probe P] [--params J] [--param KEY=VALUE ...] [--device D]\n"
+    "                        [--threads N] [--no-merge] [--check] [--overwrite] [source options]\n\n"
     "Sort a recording end to end: band-pass filter, thresholds, flood-fill detection, PCA features and\n"
     "masks, masked EM (KlustaKwik's algorithm), then an automatic merge of over-split units (mean\n"
     "waveforms correlated above merge.waveform_corr on shared channels, without adding refractory\n"
@@ -38,6 +38,8 @@ static const char usage[] =
     "      --probe P          probe JSON (default: the file's electrode positions, else\n"
     "                         params/probes/two_column_32.json for 32 channels, else an error)\n"
     "      --params J         parameter JSON (docs/params.md)\n"
+    "      --param KEY=VALUE  set one parameter by its dotted name (match.amp_min=0.7), after\n"
+    "                         --params; repeatable\n"
     "      --device D         auto | cpu | cuda (default auto): where the front end's chunk pass,\n"
     "                         masked EM and the KNN assignment run (noise excerpts: CPU threads)\n"
     "      --threads N        CPU threads, 1 to 1024 (default: all; the result does not depend\n"
@@ -49,6 +51,8 @@ static const char usage[] =
 typedef struct {
   ss_sort_opts o;
   const char *params_path;
+  const char *param_sets[MAX_PARAM_SETS]; /* "KEY=VALUE", in command-line order */
+  int n_param_sets;
   int no_merge;
   ss_ctx *ctx;
 } sort_args;
@@ -60,6 +64,12 @@ static int on_option(int opt, const char *arg, void *user) {
     case 'o': a->o.out_dir = arg; break;
     case 'p': a->o.probe_path = arg; break;
     case 'j': a->params_path = arg; break;
+    case OPT_PARAM:
+      if (!strchr(arg, '=') || arg[0] == '=')
+        code = ss_cli_usage_error(CMD, "--param: expected KEY=VALUE, got \"%s\"", arg);
+      else if (a->n_param_sets == MAX_PARAM_SETS) code = ss_cli_usage_error(CMD, "--param: at most %d", MAX_PARAM_SETS);
+      else a->param_sets[a->n_param_sets++] = arg;
+      break;
     case 'D': code = ss_cli_device(CMD, arg, a->ctx, &a->o.device); break;
     case 't': code = ss_cli_threads(CMD, arg, &a->o.n_threads); break;
     case 'M': a->no_merge = 1; break;
@@ -74,6 +84,12 @@ static int on_option(int opt, const char *arg, void *user) {
 
 static ss_status run(ss_ctx *ctx, sort_args *a) {
   if (a->params_path) SS_TRY(ss_params_load_file(ctx, a->params_path, &a->o.params));
+  for (int i = 0; i < a->n_param_sets; i++) {
+    const char *set = a->param_sets[i], *eq = strchr(set, '=');
+    char key[256];
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - set), set);
+    SS_TRY(ss_params_set(ctx, &a->o.params, key, eq + 1));
+  }
   SS_TRY(ss_params_validate(ctx, &a->o.params));
   a->o.merge = a->no_merge ? 0 : a->o.params.merge.enabled;
   ss_sort_summary sum;
@@ -89,6 +105,7 @@ int ss_cmd_sort(int argc, char **argv, ss_ctx *ctx) {
                                        {"output", required_argument, NULL, 'o'},
                                        {"probe", required_argument, NULL, 'p'},
                                        {"params", required_argument, NULL, 'j'},
+                                       {"param", required_argument, NULL, OPT_PARAM},
                                        {"device", required_argument, NULL, 'D'},
                                        {"threads", required_argument, NULL, 't'},
                                        {"no-merge", no_argument, NULL, 'M'},

@@ -130,6 +130,30 @@ static void device_option(void **state) {
   }
 }
 
+/* sort --param KEY=VALUE: set after --params, each refused with its key and value (before the input
+ * is opened) */
+static void sort_param_option(void **state) {
+  (void)state;
+  char *out, *err;
+  const char *bad[][2] = {
+      {"sort /nonexistent.nwb -o /nonexistent-out --param foo.bar=1",
+       "spikestream sort: --param foo.bar: unknown parameter\n"},
+      {"sort /nonexistent.nwb -o /nonexistent-out --param match.amp_min=abc",
+       "spikestream sort: --param match.amp_min: cannot read \"abc\"\n"},
+      {"sort /nonexistent.nwb -o /nonexistent-out --param match.amp_min",
+       "spikestream sort: --param: expected KEY=VALUE, got \"match.amp_min\"\n(see `spikestream sort --help`)\n"}};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(run(bad[i][0], &out, &err), 2);
+    assert_string_equal(err, bad[i][1]);
+    free(out), free(err);
+  }
+  assert_int_equal(run("sort /nonexistent.nwb -o /nonexistent-out -q --device cpu --param match.amp_min=0.7", &out,
+                       &err),
+                   1);
+  assert_non_null(strstr(err, "/nonexistent.nwb: no such file"));
+  free(out), free(err);
+}
+
 /* detect --device cpu runs; without a GPU, the default (auto) is the same run, byte for byte, and
  * --device cuda is a runtime error that names the reason */
 static void detect_device_cpu(void **state) {
@@ -166,7 +190,8 @@ int main(void) {
       cmocka_unit_test(help_and_usage),     cmocka_unit_test(params_check),
       cmocka_unit_test(probe_command),      cmocka_unit_test(params_doc_is_current),
       cmocka_unit_test(info_names_backend), cmocka_unit_test(backend_selection_without_gpu),
-      cmocka_unit_test(device_option),      cmocka_unit_test(detect_device_cpu),
+      cmocka_unit_test(device_option),      cmocka_unit_test(sort_param_option),
+      cmocka_unit_test(detect_device_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
