@@ -87,6 +87,7 @@ typedef struct {
     double waveform_corr;
     double refractory_ms;
     double max_violation_increase;
+    double max_amp_ratio;       /* no merge of units further apart in amplitude than this (0: off) */
     double outlier_z2;          /* cleanup: outlier when z² > this · features (0: off) */
     double split_valley;        /* cleanup: split at a density valley below this fraction (0: off) */
     int64_t split_min_spikes;   /* cleanup: smallest part of a split */
@@ -100,6 +101,9 @@ typedef struct {
     double amp_min, amp_max; /* amplitude range of a template fit */
     int64_t split_depth;     /* a cluster that fails the unit test is bisected up to this depth (0: off) */
     double join_residual;    /* a piece of such a split joins the unit whose template fits it within this */
+    double join_ratio;       /* ... and within this multiple of its own template's fit */
+    double move_residual;    /* a unit's spike moves to another unit only when that fit is within this */
+    double move_fraction;    /* ... or leaves at most this fraction of the spike's energy */
   } templates;
   struct {
     int64_t max_rounds;      /* rounds of template matching in `sort` (0: off) */

@@ -114,6 +114,10 @@ const ss_param_spec ss_param_table[] = {
     NUM("merge.refractory_ms", merge.refractory_ms, 1.5, 0, 1000, 0, 0, "Refractory period for violation counts."),
     NUM("merge.max_violation_increase", merge.max_violation_increase, 0.005, 0, 1, 0, 0,
         "Largest allowed rise of the refractory-violation fraction caused by a merge."),
+    NUM("merge.max_amp_ratio", merge.max_amp_ratio, 2.0, 0, INF, 0, 0,
+        "Two units merge only when the larger of their mean waveforms' peak-to-peak amplitudes is at most this "
+        "multiple of the smaller: a unit and another of the same shape and a third of its amplitude correlate like "
+        "two pieces of one unit. 0: off."),
     NUM("merge.outlier_z2", merge.outlier_z2, 4.0, 0, INF, 0, 1,
         "After the merge, a spike leaves its cluster when its squared robust z-distance to the cluster's median, "
         "summed over the features, exceeds this many times the feature count; it joins the cluster that fits it "
@@ -153,6 +157,18 @@ const ss_param_spec ss_param_table[] = {
         "A part of a split that passes the unit test joins the existing unit whose template fits its spikes with a "
         "median residual per footprint feature of at most this (the lowest such), so that a catch-all's collided "
         "spikes of one unit do not become a second copy of that unit."),
+    NUM("templates.join_ratio", templates.join_ratio, 1.5, 0, INF, 0, 0,
+        "... and only when that residual is at most this multiple of the part's residual against its own template: "
+        "a part that its own template explains much better than the unit's is another unit (its spikes would "
+        "otherwise join a broad unit whose template fits many units' spikes near the join bound)."),
+    NUM("templates.move_residual", templates.move_residual, 3.0, 0, INF, 0, 0,
+        "In the assignment, a spike of a unit moves to another unit only when that unit's fit explains it: residual "
+        "per footprint feature at most this (noise variances) and an amplitude below templates.amp_max; otherwise "
+        "it keeps its unit. A large unit's spikes would otherwise go to a unit of similar shape that fits them "
+        "poorly, and that unit then fails the unit test and spreads its spikes over its neighbours. 0: off."),
+    NUM("templates.move_fraction", templates.move_fraction, 0.1, 0, 1, 0, 0,
+        "A fit also explains a spike when its residual is at most this fraction of the spike's energy on the "
+        "footprint (a large unit's timing jitter leaves more than templates.move_residual on its own spikes)."),
 
     INT("match.max_rounds", match.max_rounds, 30, 0, 1000,
         "Rounds of template matching after the template pass in `sort`: the units' mean filtered waveforms are "

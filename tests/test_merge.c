@@ -1,6 +1,7 @@
 /* test_merge.c — the automatic merge on hand-built units: two halves of one unit merge; two
  * different units do not; a merge that would add refractory violations is refused; greedy order and
- * renumbering; the noise cluster never merges; the correlation and violation counts by hand.
+ * renumbering; the noise cluster never merges; units of one shape and different amplitudes do not;
+ * the correlation and violation counts by hand.
  * The cleanup after it: far spikes go to noise, another unit's spikes to that unit, two units in one
  * cluster split at the density valley, one unit does not, both rules can be switched off, the
  * valley rule by hand, and a bad label is reported. */
@@ -56,11 +57,12 @@ static void add_train(units *u, int32_t label, int64_t start, int64_t period, in
     }
 }
 
-static void run(const units *u, ss_merge_result *r) {
+static void run_ratio(const units *u, double max_amp_ratio, ss_merge_result *r) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_params p;
   ss_params_defaults(&p);
+  if (max_amp_ratio >= 0) p.merge.max_amp_ratio = max_amp_ratio;
   ss_merge_input in = {.n = u->n,
                        .times = u->times,
                        .labels = u->labels,
@@ -72,6 +74,8 @@ static void run(const units *u, ss_merge_result *r) {
                        .rate_hz = RATE};
   if (ss_merge_run(&ctx, &p, &in, r) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
 }
+
+static void run(const units *u, ss_merge_result *r) { run_ratio(u, -1, r); }
 
 static units *new_units(int64_t k) {
   units *u = calloc(1, sizeof(units));
@@ -107,6 +111,32 @@ static void halves_merge(void **state) {
   assert_true(r.decisions[0].corr > 0.999);
   assert_int_equal(r.decisions[0].n_shared, 2);
   assert_true(r.decisions[0].viol_before == 0.0 && r.decisions[0].viol_after == 0.0);
+  ss_merge_result_free(&r);
+  free(u);
+}
+
+/* One shape at 100 and 30 (a unit and a smaller one of the same shape): refused by merge.max_amp_ratio
+ * (2) whatever the correlation; merged when the ratio test is off. */
+static void amplitude_ratio_veto(void **state) {
+  (void)state;
+  units *u = new_units(3);
+  unit_wave(u->wave + 1 * C * W, 0, 2, 100.0, 1.0);
+  unit_wave(u->wave + 2 * C * W, 0, 2, 30.0, 1.0);
+  unit_mask(u->mask + 1 * C, 0, 1);
+  unit_mask(u->mask + 2 * C, 0, 1);
+  add_train(u, 1, 1000, 600, 100);
+  add_train(u, 2, 1300, 600, 100);
+  ss_merge_result r;
+  run(u, &r);
+  assert_int_equal(r.n_decisions, 1);
+  assert_false(r.decisions[0].accepted);
+  assert_true(r.decisions[0].corr > 0.99);
+  assert_true(r.decisions[0].amp_ratio > 3.0 && r.decisions[0].amp_ratio < 3.6);
+  assert_int_equal(r.k_out, 3);
+  ss_merge_result_free(&r);
+  run_ratio(u, 0, &r);
+  assert_int_equal(r.n_merges, 1);
+  assert_int_equal(r.k_out, 2);
   ss_merge_result_free(&r);
   free(u);
 }
@@ -458,12 +488,13 @@ static void cleanup_bad_label(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(halves_merge),       cmocka_unit_test(different_units_stay),
-      cmocka_unit_test(refractory_veto),    cmocka_unit_test(greedy_three_pieces),
-      cmocka_unit_test(noise_never_merges), cmocka_unit_test(by_hand),
-      cmocka_unit_test(outliers_leave),     cmocka_unit_test(two_units_split),
-      cmocka_unit_test(split_channel_cap),  cmocka_unit_test(valley_by_hand),
-      cmocka_unit_test(cleanup_bad_label),  cmocka_unit_test(origins_never_merge),
+      cmocka_unit_test(halves_merge),         cmocka_unit_test(different_units_stay),
+      cmocka_unit_test(refractory_veto),      cmocka_unit_test(greedy_three_pieces),
+      cmocka_unit_test(noise_never_merges),   cmocka_unit_test(by_hand),
+      cmocka_unit_test(outliers_leave),       cmocka_unit_test(two_units_split),
+      cmocka_unit_test(split_channel_cap),    cmocka_unit_test(valley_by_hand),
+      cmocka_unit_test(cleanup_bad_label),    cmocka_unit_test(origins_never_merge),
+      cmocka_unit_test(amplitude_ratio_veto),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

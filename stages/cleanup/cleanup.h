@@ -10,7 +10,11 @@
  *  - and merging their spike trains does not raise the refractory-violation fraction by more than
  *    merge.max_violation_increase: with v(X) the number of inter-spike intervals shorter than
  *    merge.refractory_ms in train X, before = (v(a) + v(b)) / (n_a + n_b) and
- *    after = v(a ∪ b) / (n_a + n_b); refused when after − before > max_violation_increase.
+ *    after = v(a ∪ b) / (n_a + n_b); refused when after − before > max_violation_increase;
+ *  - and (merge.max_amp_ratio > 0) the larger of the two mean waveforms' peak-to-peak amplitudes (on
+ *    each one's largest channel) is at most merge.max_amp_ratio times the smaller: two units of one
+ *    shape and different amplitudes correlate as well as two pieces of one unit, and collisions can
+ *    hide the refractory violations their union should show.
  * Pairs of the same origin (merge_input.origin) are never candidates.
  * Greedy: the candidate with the highest correlation is tested first; an accepted merge replaces the
  * two units by one (count-weighted mean waveform and mask, the union of the trains) and every
@@ -52,6 +56,7 @@ typedef struct {
   double corr;                    /* waveform correlation on the shared channels */
   int n_shared;                   /* shared channels */
   double viol_before, viol_after; /* refractory-violation fractions */
+  double amp_ratio;               /* larger over smaller peak-to-peak amplitude (>= 1) */
   int accepted;
 } ss_merge_decision;
 

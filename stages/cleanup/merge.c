@@ -15,8 +15,8 @@ void ss_merge_result_free(ss_merge_result *r) {
   memset(r, 0, sizeof(*r));
 }
 
-/* The channel with the largest peak-to-peak of a waveform. */
-static int peak_channel(const float *w, int n_channels, int n_wave) {
+/* The channel with the largest peak-to-peak of a waveform; that peak-to-peak in *ptp when not NULL. */
+static int peak_channel_ptp(const float *w, int n_channels, int n_wave, double *ptp) {
   int best = 0;
   double best_ptp = -1;
   for (int c = 0; c < n_channels; c++) {
@@ -31,7 +31,21 @@ static int peak_channel(const float *w, int n_channels, int n_wave) {
       best = c;
     }
   }
+  if (ptp) *ptp = best_ptp;
   return best;
+}
+
+static int peak_channel(const float *w, int n_channels, int n_wave) {
+  return peak_channel_ptp(w, n_channels, n_wave, NULL);
+}
+
+/* Larger over smaller peak-to-peak amplitude of two waveforms (INFINITY when one is flat). */
+static double amp_ratio(const float *wa, const float *wb, int n_channels, int n_wave) {
+  double pa, pb;
+  peak_channel_ptp(wa, n_channels, n_wave, &pa);
+  peak_channel_ptp(wb, n_channels, n_wave, &pb);
+  const double lo = pa < pb ? pa : pb, hi = pa < pb ? pb : pa;
+  return lo > 0 ? hi / lo : INFINITY;
 }
 
 double ss_merge_waveform_corr(const float *wa, const float *ma, const float *wb, const float *mb, int n_channels,
@@ -216,12 +230,15 @@ static ss_status decide(ss_ctx *ctx, const ss_params *p, merge_state *s, int64_t
                            .n_shared = s->shared[a * s->k + b],
                            .viol_before = (double)(s->viol[a] + s->viol[b]) / (double)n,
                            .viol_after = (double)v_ab / (double)n};
-  d->accepted = d->viol_after - d->viol_before <= p->merge.max_violation_increase;
+  const size_t ww = (size_t)s->C * s->W;
+  d->amp_ratio = amp_ratio(s->wave + a * ww, s->wave + b * ww, s->C, s->W);
+  d->accepted = d->viol_after - d->viol_before <= p->merge.max_violation_increase &&
+                (p->merge.max_amp_ratio <= 0 || d->amp_ratio <= p->merge.max_amp_ratio);
   ss_log_info(ctx,
               "merge: clusters %d + %d (%" PRId64 " + %" PRId64 " spikes): waveform corr %.4f on %d shared channels; "
-              "refractory violations %.3f%% -> %.3f%% (limit +%.3f%%): %s",
+              "refractory violations %.3f%% -> %.3f%% (limit +%.3f%%); amplitude ratio %.2f: %s",
               d->a, d->b, s->count[a], s->count[b], d->corr, d->n_shared, 100 * d->viol_before, 100 * d->viol_after,
-              100 * p->merge.max_violation_increase, d->accepted ? "merged" : "refused");
+              100 * p->merge.max_violation_increase, d->amp_ratio, d->accepted ? "merged" : "refused");
   if (!d->accepted) {
     s->refused[a * s->k + b] = 1;
     return SS_OK;

@@ -91,6 +91,8 @@ typedef struct {
   uint8_t *fp;      /* [k × C] footprints */
   uint8_t *is_unit; /* [k] */
   int64_t *count;   /* [k] */
+  double *res;      /* [k] median residual per footprint feature of the cluster's own fit */
+  int *nfp;         /* [k] footprint channels */
 } templ_set;
 
 /* Median over (at most SS_TEMPLATES_SAMPLE, evenly spaced of) the spikes mem[0..cnt) of the residual of
@@ -327,6 +329,9 @@ static ss_status build_templates(ss_ctx *ctx, const ss_params *p, const ss_templ
       double res, *buf = bufs + (size_t)TPL_THREAD() * SS_TEMPLATES_SAMPLE;
       fit_cluster(p, in, inv_nu, order + start[c], ts->count[c], ts->tmpl + c * D, ts->fp + c * C, &res, buf);
       ts->is_unit[c] = res <= p->templates.max_residual;
+      ts->res[c] = res;
+      ts->nfp[c] = 0;
+      for (int ch = 0; ch < C; ch++) ts->nfp[c] += ts->fp[c * C + ch];
     }
   }
   free(bufs);
@@ -335,9 +340,18 @@ static ss_status build_templates(ss_ctx *ctx, const ss_params *p, const ss_templ
   return st;
 }
 
-/* Step 5: the new label of every spike. units_of[ch]: the units whose footprint holds channel ch. */
+/* Whether the fit (amplitude a, gain g, residual res over nfp footprint channels) explains its spike
+ * (step 5): the residual is within the noise bound or a small fraction of the spike's energy there
+ * (g + res), which a large unit's timing jitter alone exceeds in absolute terms. */
+static int explains(const ss_params *p, double a, double g, double res, int nfp, int P) {
+  return a < p->templates.amp_max &&
+         (res <= p->templates.move_residual * nfp * P || res <= p->templates.move_fraction * (g + res));
+}
+
+/* Step 5: the new label of every spike from its current one, cur. units_of[ch]: the units whose footprint
+ * holds channel ch. */
 static ss_status assign_all(ss_ctx *ctx, const ss_params *p, const ss_templates_input *in, const float *inv_nu,
-                            const templ_set *ts, int32_t *next) {
+                            const templ_set *ts, const int32_t *cur, int32_t *next) {
   const int C = ts->C, P = ts->P, D = ts->D;
   const int64_t k = ts->k, n = in->n;
   int64_t *ustart = NULL;
@@ -355,21 +369,26 @@ static ss_status assign_all(ss_ctx *ctx, const ss_params *p, const ss_templates_
   }
   const int T = in->n_threads > 0 ? in->n_threads : 1;
   const double amp_min = p->templates.amp_min, amp_max = p->templates.amp_max, gmin = p->templates.min_gain;
+  const int keep = p->templates.move_residual > 0;
 #pragma omp parallel for num_threads(T) schedule(static)
   for (int64_t i = 0; i < n; i++) {
     const int ch = in->peak_channel[i] >= 0 && in->peak_channel[i] < C ? in->peak_channel[i] : 0;
-    double best = -INFINITY;
+    double best = -INFINITY, best_a = 0, best_res = 0;
     int32_t lab = 0;
     for (int64_t u = ustart[ch]; u < ustart[ch + 1]; u++) {
       const int32_t c = ulist[u];
+      double a, res;
       const double g = gain_scaled(in->features + i * D, inv_nu, ts->tmpl + (int64_t)c * D, ts->fp + (int64_t)c * C, C,
-                                   P, amp_min, amp_max, NULL, NULL);
+                                   P, amp_min, amp_max, &a, &res);
       if (g > best) {
-        best = g;
+        best = g, best_a = a, best_res = res;
         lab = c;
       }
     }
     next[i] = best >= gmin ? lab : 0;
+    const int32_t own = cur[i];
+    if (keep && own > 0 && ts->is_unit[own] && next[i] != own && !explains(p, best_a, best, best_res, ts->nfp[lab], P))
+      next[i] = own;
   }
   free(ustart);
   free(ulist);
@@ -377,7 +396,8 @@ static ss_status assign_all(ss_ctx *ctx, const ss_params *p, const ss_templates_
 }
 
 /* Step 0's join: each part (id >= k_parts) that passed the unit test in ts goes to the other unit whose
- * template fits its spikes with the lowest median residual, when that is at most templates.join_residual. */
+ * template fits its spikes with the lowest median residual, when that is at most templates.join_residual and
+ * templates.join_ratio times the part's own median residual. */
 static ss_status join_parts(ss_ctx *ctx, const ss_params *p, const ss_templates_input *in, const float *inv_nu,
                             templ_set *ts, int64_t k_parts, int32_t *labels, int64_t *n_joined) {
   const int C = ts->C;
@@ -402,7 +422,9 @@ static ss_status join_parts(ss_ctx *ctx, const ss_params *p, const ss_templates_
       const double r = median_residual(p, in, inv_nu, mem, cnt, ts->tmpl + u * ts->D, ts->fp + u * C, nfp, buf);
       if (r < best) best = r, to = u;
     }
-    if (to > 0 && best <= p->templates.join_residual) {
+    ss_log_debug(ctx, "templates: part %" PRId64 " (%" PRId64 " spikes) fits unit %" PRId64 " at %.3f (own %.3f)", c,
+                 cnt, to, best, ts->res[c]);
+    if (to > 0 && best <= p->templates.join_residual && best <= p->templates.join_ratio * ts->res[c]) {
       for (int64_t r = 0; r < cnt; r++) labels[mem[r]] = (int32_t)to;
       ts->is_unit[c] = 0;
       ++*n_joined;
@@ -418,6 +440,8 @@ static void templ_set_free(templ_set *ts) {
   free(ts->fp);
   free(ts->is_unit);
   free(ts->count);
+  free(ts->res);
+  free(ts->nfp);
 }
 
 ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_templates_input *in, int32_t *labels,
@@ -450,6 +474,8 @@ ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_template
   if (st == SS_OK) st = SS_CALLOC(ctx, ts.fp, (size_t)k2 * C, "template footprints");
   if (st == SS_OK) st = SS_CALLOC(ctx, ts.is_unit, (size_t)k2, "template units");
   if (st == SS_OK) st = SS_CALLOC(ctx, ts.count, (size_t)k2, "template counts");
+  if (st == SS_OK) st = SS_CALLOC(ctx, ts.res, (size_t)k2, "template residuals");
+  if (st == SS_OK) st = SS_CALLOC(ctx, ts.nfp, (size_t)k2, "template footprints");
   if (st == SS_OK && k2 > k) st = build_templates(ctx, p, in, inv_nu, labels, &ts);
   if (st == SS_OK && k2 > k) st = join_parts(ctx, p, in, inv_nu, &ts, k, labels, &out->n_joined);
   for (int64_t it = 0; st == SS_OK && !in->split_only && it < p->templates.iterations; it++) {
@@ -463,7 +489,7 @@ ss_status ss_templates_assign(ss_ctx *ctx, const ss_params *p, const ss_template
       break;
     }
     out->n_units = units;
-    st = assign_all(ctx, p, in, inv_nu, &ts, next);
+    st = assign_all(ctx, p, in, inv_nu, &ts, labels, next);
     if (st == SS_OK) memcpy(labels, next, (size_t)n * sizeof(int32_t));
   }
   if (st == SS_OK) {

@@ -10,9 +10,11 @@
  *     SS_TEMPLATES_BISECT_ITERATIONS Lloyd steps), and so is each part that fails again, down to
  *     templates.split_depth levels or parts under 2·templates.min_spikes. The final parts get new labels.
  *     A part that passes the test joins the other unit whose template fits its spikes best (median
- *     residual per footprint feature, as in step 4) when that fit is at most templates.join_residual: a
- *     catch-all's collided spikes of one unit would otherwise become a second copy of that unit and take
- *     half its spikes. Without this step, a cluster of two units fails the test, its spikes go to the
+ *     residual per footprint feature, as in step 4) when that fit is at most templates.join_residual and
+ *     at most templates.join_ratio times the part's residual against its own template: a catch-all's
+ *     collided spikes of one unit would otherwise become a second copy of that unit and take half its
+ *     spikes, while a part that its own template explains much better is another unit (without the ratio,
+ *     parts of several units joined one broad unit whose template fits them all near the bound). Without this step, a cluster of two units fails the test, its spikes go to the
  *     units that share its channels, and those fail the test in the next round in turn.
  *  1. Noise spread ν_j of each feature j: 1.4826·MAD of x_j over the spikes whose mask on j's channel
  *     is 0 (at most SS_TEMPLATES_NOISE_SAMPLE of them, evenly spaced); with fewer than
@@ -30,7 +32,12 @@
  *     (a catch-all's template is a blur that fits few of its spikes: median residuals of 2–200 against
  *     0.5–0.8 for units).
  *  5. Every spike goes to the unit of largest gain among the units whose footprint holds its peak
- *     channel (ties: the lower id) when that gain is at least templates.min_gain, else to noise (0).
+ *     channel (ties: the lower id) when that gain is at least templates.min_gain, else to noise (0);
+ *     except that a spike of a unit (a cluster that passed step 4) keeps its unit when the winner's fit
+ *     does not explain it: amplitude clamped at templates.amp_max, or residual above
+ *     templates.move_residual per footprint feature (0: no exception). A large unit's spikes would
+ *     otherwise go to another unit of similar shape that fits them poorly; that unit then fails step 4
+ *     and its spikes, its own included, spread over its neighbours in the next round.
  *  6. Steps 2–5 repeat templates.iterations times on the new labels; the labels are then renumbered
  *     contiguously in the order of their first id (0 stays 0), so clusters that are not units vanish.
  * Deterministic: no randomness, the result does not depend on the thread count. */
