@@ -56,6 +56,14 @@ ss_status ss_sort_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
  * Nothing happens when match.max_rounds is 0 or the merge is off. */
 ss_status ss_sort_match(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s);
 
+/* Matching's shadows among n matched spikes (time, unit, peak-channel amplitude, fit scale): drop[i] = 1
+ * when spike i was fitted below min_scale and a spike of another unit with a larger |amplitude| lies
+ * within window samples (match.shadow_ms, match.shadow_scale); *n_dropped counts them. Order-free: the
+ * flags do not depend on the spikes' order. */
+ss_status ss_sort_shadows(ss_ctx *ctx, const int64_t *time, const int32_t *unit, const float *amplitude,
+                          const float *scale, int64_t n, int64_t window, double min_scale, uint8_t *drop,
+                          int64_t *n_dropped);
+
 /* Quality metrics and labels of the final clusters (quality.h) into s->sum->quality. */
 ss_status ss_sort_quality(ss_ctx *ctx, ss_sort_state *s);
 /* The per-unit table: id, spikes, firing rate, SNR, ISI violation ratio, presence ratio, amplitude

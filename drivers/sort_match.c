@@ -52,6 +52,7 @@ typedef struct {
   ss_spikes out; /* the matched spikes */
   int32_t *labels;
   float *resid; /* [matched spikes]: residual energy per footprint sample, noise variances */
+  float *scale; /* [matched spikes]: the fit's amplitude scale */
   int64_t cap_out;
 } match_job;
 
@@ -270,6 +271,8 @@ static ss_status out_reserve(ss_ctx *ctx, match_job *j, int64_t n) {
   SS_TRY(grow(ctx, (void **)&j->labels, &k6, c, sizeof(int32_t), "matched labels"));
   size_t k7 = 0;
   SS_TRY(grow(ctx, (void **)&j->resid, &k7, c, sizeof(float), "matched residuals"));
+  size_t k8 = 0;
+  SS_TRY(grow(ctx, (void **)&j->scale, &k8, c, sizeof(float), "matched scales"));
   j->cap_out = cap;
   return SS_OK;
 }
@@ -291,8 +294,85 @@ static ss_status match_collect(ss_ctx *ctx, void *user, int slot, const ss_fe_vi
     memcpy(o->masks + i * j->C, sl->mask + q * j->C, (size_t)j->C * sizeof(float));
     j->labels[i] = u + 1;
     j->resid[i] = sl->resid[q];
+    j->scale[i] = sl->list.amp[q];
   }
   return SS_OK;
+}
+
+typedef struct {
+  int64_t t, i;
+} timed_spike;
+
+static int timed_cmp(const void *a, const void *b) {
+  const timed_spike *x = a, *y = b;
+  if (x->t != y->t) return x->t < y->t ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Keep the matched spikes whose flag in drop[] is 0, in order. */
+static void keep_unflagged(match_job *j, const uint8_t *drop) {
+  ss_spikes *o = &j->out;
+  const size_t F = (size_t)j->C * j->s->fe.pca.n_pcs, C = (size_t)j->C;
+  int64_t m = 0;
+  for (int64_t i = 0; i < o->n; i++) {
+    if (drop[i]) continue;
+    o->time_samples[m] = o->time_samples[i];
+    o->time_fraction[m] = o->time_fraction[i];
+    o->peak_channel[m] = o->peak_channel[i];
+    o->amplitude[m] = o->amplitude[i];
+    memmove(o->features + m * F, o->features + i * F, F * sizeof(float));
+    memmove(o->masks + m * C, o->masks + i * C, C * sizeof(float));
+    j->labels[m] = j->labels[i];
+    j->resid[m] = j->resid[i];
+    j->scale[m] = j->scale[i];
+    m++;
+  }
+  o->n = m;
+}
+
+static int casts_shadow(const int32_t *unit, const float *amplitude, int64_t i, int64_t q) {
+  return unit[q] != unit[i] && fabsf(amplitude[q]) > fabsf(amplitude[i]);
+}
+
+ss_status ss_sort_shadows(ss_ctx *ctx, const int64_t *time, const int32_t *unit, const float *amplitude,
+                          const float *scale, int64_t n, int64_t window, double min_scale, uint8_t *drop,
+                          int64_t *n_dropped) {
+  *n_dropped = 0;
+  memset(drop, 0, (size_t)n);
+  if (n <= 0 || window <= 0) return SS_OK;
+  timed_spike *ord = NULL;
+  SS_TRY(SS_ALLOC(ctx, ord, (size_t)n, "shadow check"));
+  for (int64_t i = 0; i < n; i++) ord[i] = (timed_spike){time[i], i};
+  qsort(ord, (size_t)n, sizeof(*ord), timed_cmp);
+  for (int64_t r = 0; r < n; r++) {
+    const int64_t i = ord[r].i;
+    if (scale[i] >= min_scale) continue;
+    for (int64_t q = r - 1; q >= 0 && ord[r].t - ord[q].t <= window && !drop[i]; q--)
+      drop[i] = (uint8_t)casts_shadow(unit, amplitude, i, ord[q].i);
+    for (int64_t q = r + 1; q < n && ord[q].t - ord[r].t <= window && !drop[i]; q++)
+      drop[i] = (uint8_t)casts_shadow(unit, amplitude, i, ord[q].i);
+    *n_dropped += drop[i];
+  }
+  free(ord);
+  return SS_OK;
+}
+
+/* Drop the shadows (ss_sort_shadows): a large spike's fit leaves part of it behind (timing and shape
+ * jitter), and a smaller unit of similar shape on the same channels matches that rest at a low scale.
+ * On simulate's seed 2, the spikes within 10 samples of another unit's spike and fitted below 0.6 of
+ * their unit's median amplitude were 9 in 10 false. */
+static ss_status drop_shadows(ss_ctx *ctx, match_job *j, int64_t *n_dropped) {
+  const ss_params *p = &j->s->o->params;
+  const int64_t n = j->out.n, w = llround(p->match.shadow_ms * j->s->spikes.rate_hz / 1000.0);
+  uint8_t *drop = NULL;
+  *n_dropped = 0;
+  if (n == 0 || w <= 0) return SS_OK;
+  SS_TRY(SS_ALLOC(ctx, drop, (size_t)n, "shadow check"));
+  const ss_status st = ss_sort_shadows(ctx, j->out.time_samples, j->labels, j->out.amplitude, j->scale, n, w,
+                                       p->match.shadow_scale, drop, n_dropped);
+  if (st == SS_OK) keep_unflagged(j, drop);
+  free(drop);
+  return st;
 }
 
 /* The raw (masked-EM) label of each matched spike: that of the nearest detected spike, 0 when none is
@@ -354,6 +434,7 @@ static void job_free(match_job *j) {
   ss_spikes_free(&j->out);
   free(j->labels);
   free(j->resid);
+  free(j->scale);
 }
 
 /* Swap the matched table in: the spikes, labels 1..K (0, noise, is empty), the raw labels. */
@@ -459,6 +540,11 @@ static ss_status match_once(ss_ctx *ctx, const ss_backend *be, ss_source *src, s
                              .user = &j};
     st = ss_frontend_pass(ctx, be, p, src, s->probe, &s->fe, &pass);
   }
+  int64_t n_shadows = 0;
+  if (st == SS_OK) st = drop_shadows(ctx, &j, &n_shadows);
+  if (st == SS_OK && n_shadows > 0)
+    ss_log_info(ctx, "sort: match: %" PRId64 " spikes dropped as shadows of larger spikes (match.shadow_ms)",
+                n_shadows);
   if (st == SS_OK) st = adopt(ctx, &j, s);
   if (st == SS_OK) st = keep_templates(ctx, &j, tmpl, s);
   free(tmpl);

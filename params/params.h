@@ -116,6 +116,8 @@ typedef struct {
     double dead_ms;          /* no second spike of a unit this close to a matched one */
     int64_t refine;          /* template pass + matching again on the matched spikes, at most this often */
     double split_residual;   /* ... whose step 0 looks only at units with a median fit residual above this */
+    double shadow_ms;        /* a weak fit this close to a larger spike of another unit is dropped */
+    double shadow_scale;     /* ... weak: amplitude scale below this */
   } match;
   struct {
     double refractory_ms;         /* ISI violation ratio: refractory period */

@@ -195,6 +195,13 @@ const ss_param_spec ss_param_table[] = {
         "again from the matched spikes' times and matching again; the first round always runs (templates cut at "
         "matched times are sharper than at detected ones), later ones only when the split changes labels "
         "(0: match once)."),
+    NUM("match.shadow_ms", match.shadow_ms, 0.33, 0, 100, 0, 0,
+        "A matched spike whose fit has an amplitude scale below match.shadow_scale is dropped when a larger "
+        "matched spike (peak-channel amplitude) of another unit lies within this many ms: what a large spike's "
+        "fit leaves behind is matched by a smaller unit's template at a low scale (0: keep every spike)."),
+    NUM("match.shadow_scale", match.shadow_scale, 0.7, 0, INF, 0, 0,
+        "Amplitude scale of a fit below which a matched spike near a larger spike of another unit is dropped "
+        "(match.shadow_ms)."),
     NUM("match.split_residual", match.split_residual, 1.5, 0, INF, 0, 0,
         "In that template pass, only units whose matched spikes leave a median residual above this (energy per "
         "footprint sample over the template window, in noise variances; 1 when the template explains its spikes "

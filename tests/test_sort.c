@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "build_config.h"
+#include "drivers/sort_internal.h"
 #include "tools/simulate.h"
 #include "io/h5_util.h"
 #include "io/npy.h"
@@ -450,12 +451,32 @@ static void units_nwb(void **state) {
   H5Fclose(f), H5Fclose(r);
 }
 
+/* Matching's shadows: a weak fit next to a larger spike of another unit goes; a weak fit alone, a strong
+ * fit beside a larger spike, and a weak fit beside a larger spike of its own unit stay. */
+static void shadows(void **state) {
+  (void)state;
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  const int64_t time[] = {103, 100, 200, 105, 300, 304, 400, 420};
+  const int32_t unit[] = {2, 1, 2, 3, 4, 4, 5, 6};
+  const float amplitude[] = {-80, -300, -80, -150, -300, -90, -300, -50};
+  const float scale[] = {0.6f, 1.0f, 0.6f, 0.9f, 1.0f, 0.6f, 1.0f, 0.6f};
+  const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0};
+  uint8_t drop[8];
+  int64_t n_dropped = -1;
+  assert_int_equal(ss_sort_shadows(&ctx, time, unit, amplitude, scale, 8, 10, 0.7, drop, &n_dropped), SS_OK);
+  assert_memory_equal(drop, want, sizeof(want));
+  assert_int_equal(n_dropped, 1);
+  assert_int_equal(ss_sort_shadows(&ctx, time, unit, amplitude, scale, 8, 0, 0.7, drop, &n_dropped), SS_OK);
+  assert_int_equal(n_dropped, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),          cmocka_unit_test(h5_layouts),       cmocka_unit_test(quality_outputs),
       cmocka_unit_test(threads_and_cluster), cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
       cmocka_unit_test(em_subset),           cmocka_unit_test(unwired_contacts), cmocka_unit_test(sort_log),
-      cmocka_unit_test(units_nwb),
+      cmocka_unit_test(units_nwb),           cmocka_unit_test(shadows),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }
