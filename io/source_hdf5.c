@@ -806,8 +806,8 @@ static ss_status read_isolated(ss_ctx *ctx, const ss_source_spec *spec, ss_sourc
   if (ended != 1) kill(pid, SIGKILL);
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  ss_status st = SS_ERR_NOMEM;
-  if (ended < 0) st = SS_ERR_NOMEM;
+  ss_status st;
+  if (ended < 0) st = SS_ERR_NOMEM; /* the report buffer could not grow: recorded in ctx */
   else if (!ended)
     st = ss_fail(
         ctx, SS_ERR_INPUT,

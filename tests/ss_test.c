@@ -1,9 +1,12 @@
 /* ss_test.c — shared test helpers (see ss_test.h). */
+#define _GNU_SOURCE /* putenv, setenv */
 #include "ss_test.h"
 
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +111,33 @@ int ss_test_run_cli(const char *args, char **out, char **err) {
   if (out) *out = ss_test_slurp(out_path);
   if (err) *err = ss_test_slurp(err_path);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+static void limit_file_size(long fsize) {
+  const char *asan = getenv("ASAN_OPTIONS");
+  char opts[2048];
+  snprintf(opts, sizeof(opts), "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
+  setenv("ASAN_OPTIONS", opts, 1);
+  signal(SIGXFSZ, SIG_IGN);
+  struct rlimit rl = {(rlim_t)fsize, RLIM_INFINITY};
+  setrlimit(RLIMIT_FSIZE, &rl);
+}
+
+int ss_test_run_limited(const char *args, const char *env, long fsize, char **err) {
+  char err_path[512], cmd[24576];
+  ss_test_path(err_path, sizeof(err_path), "run.err");
+  snprintf(cmd, sizeof(cmd), "exec '%s' %s >/dev/null 2>'%s' </dev/null", SS_CLI_PATH, args, err_path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (env) putenv((char *)env);
+    if (fsize > 0) limit_file_size(fsize);
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (err) *err = ss_test_slurp(err_path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 void ss_test_ctx(ss_ctx *ctx) {

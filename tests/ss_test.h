@@ -28,6 +28,11 @@ int ss_test_backends_teardown(void **state);
 /* Run the spikestream binary with `args` (a shell-quoted string); capture stdout and stderr
  * (malloc'd, NUL-terminated) and return the exit code. */
 int ss_test_run_cli(const char *args, char **out, char **err);
+/* The same with an optional environment assignment ("NAME=value", or NULL) and a file-size limit
+ * (bytes, 0: none; SIGXFSZ ignored so that writes fail with EFBIG); stdout discarded, stderr in *err
+ * when err is not NULL. Under a limit, leak checking is off in a sanitizer build: libhdf5 1.10 loses
+ * the chunk buffer of an H5Dwrite that failed (one chunk, allocated and dropped inside the library). */
+int ss_test_run_limited(const char *args, const char *env, long fsize, char **err);
 
 /* A fresh private temporary directory (removed at exit) and a path inside it. */
 const char *ss_test_tmpdir(void);

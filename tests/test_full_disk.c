@@ -17,34 +17,6 @@
 #define PATH_LEN 4096
 #define ARGS_LEN (4 * PATH_LEN)
 
-/* Run `spikestream args` under a file-size limit (bytes, 0: none; SIGXFSZ ignored so that writes fail
- * with EFBIG). Returns the exit code, 128 + signal when killed; stderr in *err (malloc'd). Under a
- * limit, leak checking is off in a sanitizer build: libhdf5 1.10 loses the chunk buffer of an
- * H5Dwrite that failed (one chunk, allocated and dropped inside the library). */
-static int run(const char *args, long fsize, char **err) {
-  char err_path[PATH_LEN], cmd[ARGS_LEN + 2 * PATH_LEN];
-  ss_test_path(err_path, sizeof(err_path), "run.err");
-  snprintf(cmd, sizeof(cmd), "exec '%s' %s >/dev/null 2>'%s' </dev/null", SS_CLI_PATH, args, err_path);
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (fsize > 0) {
-      const char *asan = getenv("ASAN_OPTIONS");
-      char opts[2048];
-      snprintf(opts, sizeof(opts), "%s%sdetect_leaks=0", asan ? asan : "", asan && *asan ? ":" : "");
-      setenv("ASAN_OPTIONS", opts, 1);
-      signal(SIGXFSZ, SIG_IGN);
-      struct rlimit rl = {(rlim_t)fsize, RLIM_INFINITY};
-      setrlimit(RLIMIT_FSIZE, &rl);
-    }
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  *err = ss_test_slurp(err_path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static long file_size(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
@@ -68,14 +40,14 @@ static void fails_cleanly(const char *fmt, const char *name, const double *short
   snprintf(args, sizeof(args), fmt, out);
   snprintf(prefix, sizeof(prefix), ".%s.", name);
   char *err = NULL;
-  if (run(args, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   const long full = file_size(out);
   assert_true(full > 0);
   remove(out);
   for (int i = 0; i < n_limits; i++) {
     const long limit = short_of[i] < 1 ? (long)(short_of[i] * (double)full) : full - (long)short_of[i];
-    int code = run(args, limit, &err);
+    int code = ss_test_run_limited(args, NULL, limit, &err);
     int lines = 0;
     for (const char *c = err; *c; c++) lines += *c == '\n';
     if (code != 1 || lines != 1 || !strstr(err, out))
@@ -98,7 +70,7 @@ static void knn_h5(void **state) {
   char table[PATH_LEN], args[ARGS_LEN + 64], *err = NULL;
   ss_test_path(table, sizeof(table), "knn.csv");
   snprintf(args, sizeof(args), "knn --generate 500 800 3 6 -o '%s' -q", table);
-  if (run(args, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   static const double limits[] = {0.01, 0.5, 100};
   snprintf(args, sizeof(args), "knn '%s' -o '%%s' -q", table);

@@ -33,30 +33,6 @@ static int group_setup(void **state) {
   return ss_test_simulate(PROBE, 40.0, &o, SS_SIM_FORMAT_NWB, "old.nwb", old_path, sizeof(old_path), NULL);
 }
 
-/* Run `spikestream args` with an optional environment assignment and file-size limit (bytes, 0:
- * none; SIGXFSZ ignored so writes fail with EFBIG). Returns the exit code, 128 + signal when killed;
- * stderr in *err (malloc'd). */
-static int run(const char *args, const char *env, long fsize, char **err) {
-  char err_path[PATH_LEN], cmd[ARGS_LEN + 2 * PATH_LEN];
-  ss_test_path(err_path, sizeof(err_path), "run.err");
-  snprintf(cmd, sizeof(cmd), "exec '%s' %s >/dev/null 2>'%s' </dev/null", SS_CLI_PATH, args, err_path);
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (env) putenv((char *)env);
-    if (fsize > 0) {
-      signal(SIGXFSZ, SIG_IGN);
-      struct rlimit rl = {(rlim_t)fsize, RLIM_INFINITY};
-      setrlimit(RLIMIT_FSIZE, &rl);
-    }
-    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (err) *err = ss_test_slurp(err_path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static int count_lines(const char *s) {
   int n = 0;
   for (; *s; s++) n += *s == '\n';
@@ -126,7 +102,7 @@ static void full_disk(void **state) {
   snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1", sim_path, dir);
   for (size_t i = 0; i < sizeof(limits) / sizeof(limits[0]); i++) {
     char *err = NULL;
-    int code = run(args, NULL, limits[i], &err);
+    int code = ss_test_run_limited(args, NULL, limits[i], &err);
     if (code != 1 && code != 3) fail_msg("limit %ld bytes: exit %d: %s", limits[i], code, err);
     if (count_lines(err) != 1) fail_msg("limit %ld bytes: expected one line, got: %s", limits[i], err);
     assert_non_null(strstr(err, dir));
@@ -144,14 +120,14 @@ static void killed(const char *cmd, const char *name, int steps) {
   snprintf(prefix, sizeof(prefix), ".%s.", name);
   snprintf(args, sizeof(args), "%s '%s' -o '%s' -q --threads 1", cmd, old_path, dir);
   char *err = NULL;
-  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   char *old = complete_set(dir);
   snprintf(args, sizeof(args), "%s '%s' -o '%s' -q --threads 1 --overwrite", cmd, sim_path, dir);
   for (int k = 1; k <= steps; k++) {
     char env[64];
     snprintf(env, sizeof(env), "SPIKESTREAM_TEST_KILL_AT=%d", k);
-    int code = run(args, env, 0, &err);
+    int code = ss_test_run_limited(args, env, 0, &err);
     if (code != 128 + SIGKILL) fail_msg("%s killed at step %d: exit %d: %s", cmd, k, code, err);
     free(err);
     char *now = complete_set(dir);
@@ -159,7 +135,7 @@ static void killed(const char *cmd, const char *name, int steps) {
     else assert_string_not_equal(now, old);       /* after it: the new one */
     free(now);
   }
-  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   free(complete_set(dir));
   assert_int_equal(count_prefixed(prefix), 0);
@@ -183,7 +159,7 @@ static void readers_check(void **state) {
   ss_test_path(dir, sizeof(dir), "rset");
   snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1", sim_path, dir);
   char *err = NULL;
-  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   snprintf(path, sizeof(path), "%s/model.h5", dir);
   assert_int_equal(remove(path), 0);
@@ -191,7 +167,7 @@ static void readers_check(void **state) {
                         "live --model '%s/model.h5' --source - -q"};
   for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
     snprintf(args, sizeof(args), cmds[i], dir, sim_path);
-    int code = run(args, NULL, 0, &err);
+    int code = ss_test_run_limited(args, NULL, 0, &err);
     if (code != 1 || !strstr(err, "incomplete output set: model.h5 is listed in manifest.txt but missing"))
       fail_msg("%s: exit %d: %s", args, code, err);
     free(err);
@@ -213,11 +189,11 @@ static void readers_check(void **state) {
   fclose(f);
   free(text);
   snprintf(args, sizeof(args), "compare '%s/results.h5' '%s'", dir, sim_path);
-  int code = run(args, NULL, 0, &err);
+  int code = ss_test_run_limited(args, NULL, 0, &err);
   if (code != 1 || !strstr(err, "mixed output set: results.h5 has")) fail_msg("exit %d: %s", code, err);
   free(err);
   assert_int_equal(remove(path), 0); /* no manifest: loose files */
-  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
 }
 
@@ -234,7 +210,7 @@ static void foreign_folder(void **state) {
   for (int overwrite = 0; overwrite < 2; overwrite++) {
     snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1%s", sim_path, dir, overwrite ? " --overwrite" : "");
     char *err = NULL;
-    int code = run(args, NULL, 0, &err);
+    int code = ss_test_run_limited(args, NULL, 0, &err);
     if (code != 1 || !strstr(err, "holds \"notes.txt\", which is not an output of sort or detect"))
       fail_msg("exit %d: %s", code, err);
     free(err);
@@ -245,7 +221,7 @@ static void foreign_folder(void **state) {
 /* `args` exits 1 with one line holding `want`, before any work (no log line before it). */
 static void refused(const char *args, const char *want) {
   char *err = NULL;
-  int code = run(args, NULL, 0, &err);
+  int code = ss_test_run_limited(args, NULL, 0, &err);
   if (code != 1 || count_lines(err) != 1 || !strstr(err, want))
     fail_msg("%s: exit %d, expected \"%s\" alone in: %s", args, code, want, err);
   free(err);
@@ -259,7 +235,7 @@ static void overwrite_rules(void **state) {
   ss_test_path(dir, sizeof(dir), "new/parents/set");
   snprintf(args, sizeof(args), "sort '%s' -o '%s' --threads 1", old_path, dir);
   char *err = NULL;
-  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   char *old = complete_set(dir);
   snprintf(path, sizeof(path), "%s/phy/.phy", dir);
@@ -275,7 +251,7 @@ static void overwrite_rules(void **state) {
   }
   assert_true(exists(path));
   snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --threads 1 --overwrite", sim_path, dir);
-  if (run(args, NULL, 0, &err) != 0) fail_msg("%s", err);
+  if (ss_test_run_limited(args, NULL, 0, &err) != 0) fail_msg("%s", err);
   free(err);
   assert_false(exists(path));
   char *now = complete_set(dir); /* exactly the listed files: nothing of the earlier set */
