@@ -76,7 +76,7 @@ static ss_status run_once(ss_ctx *ctx, const char *bin, const ss_probe *probe, i
   ss_frontend_model model = {0};
   double t0 = ss_now();
   ss_status st = ss_source_open(ctx, &spec, &src);
-  if (st == SS_OK) st = ss_frontend_run(ctx, &be, &p, src, probe, &sp, &model);
+  if (st == SS_OK) st = ss_frontend_run(ctx, &be, &p, src, probe, NULL, &sp, &model);
   rt->total_s = ss_now() - t0;
   rt->excerpt_s = model.seconds_threshold;
   rt->chunk_s = model.seconds_detect;

@@ -146,7 +146,7 @@ static ss_status run(ss_ctx *ctx, detect_args *a) {
   ss_spikes spikes = {0};
   ss_frontend_model model = {0};
   double t0 = ss_now();
-  if (st == SS_OK) st = ss_frontend_run(ctx, &be, &p, src, have_probe ? &probe : NULL, &spikes, &model);
+  if (st == SS_OK) st = ss_frontend_run(ctx, &be, &p, src, have_probe ? &probe : NULL, NULL, &spikes, &model);
   double secs = ss_now() - t0;
   if (st == SS_OK) st = write_outputs(ctx, a, &p, &spikes);
   if (st == SS_OK)

@@ -13,6 +13,7 @@
 #include "stages/live/live_cuda.h"
 #include "stages/match/match.h"
 #include "stages/mask_em/mask_em.h"
+#include "stages/motion/motion.h"
 #include "stages/threshold/threshold.h"
 
 /* The parameters are unused on purpose (CMakeLists.txt builds this file with -Wno-unused-parameter). */
@@ -197,4 +198,16 @@ void ss_match_cuda_close(ss_match_cuda *h) {}
 ss_status ss_frontend_chunks_cuda(ss_ctx *ctx, const ss_backend *be, const ss_fe_state *fs, ss_source *src,
                                   ss_fe_accum *acc, ss_frontend_model *model) {
   return ss_cuda_not_built(ctx, "front end");
+}
+
+/* ---- motion ---- */
+
+ss_status ss_motion_cuda_open(ss_ctx *ctx, const ss_motion_reg *r, ss_motion_cuda **out) {
+  *out = NULL;
+  return ss_cuda_not_built(ctx, "registration");
+}
+void ss_motion_cuda_close(ss_motion_cuda *h) {}
+ss_status ss_motion_apply_cuda(ss_ctx *ctx, const ss_motion_cuda *h, const float *d_in, float *d_out, int64_t n_rows,
+                               int64_t row0_sample, ss_stream stream) {
+  return ss_cuda_not_built(ctx, "registration");
 }

@@ -116,6 +116,7 @@ static ss_status slot_filter(ss_ctx *ctx, const ss_backend *be, const fe_state *
   }
   if (fs->p->filter.common_reference == SS_CMR_MEDIAN)
     SS_TRY(ss_filter_common_median(ctx, be, v, ve - vb, C, fs->graph.use));
+  if (fs->motion) SS_TRY(ss_motion_apply(ctx, fs->motion, v, ve - vb, s->start - s->left + vb));
   return SS_OK;
 }
 
@@ -366,6 +367,7 @@ ss_status ss_frontend_pass(ss_ctx *ctx, const ss_backend *be, const ss_params *p
   fs.filter = model->filter;
   fs.cfg = model->detect;
   fs.th = model->thresholds;
+  fs.motion = model->motion;
   int64_t margin = settle_samples(&fs.filter) + pass->reach;
   fs.margin = (int)(margin > model->margin ? margin : model->margin);
   SS_TRY(ss_detect_graph_from_probe(ctx, probe, fs.C, &fs.graph));
@@ -466,11 +468,15 @@ static ss_status setup(ss_ctx *ctx, const ss_params *p, ss_source *src, const ss
 }
 
 ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
-                          ss_spikes *out, ss_frontend_model *model) {
+                          const ss_motion_reg *motion, ss_spikes *out, ss_frontend_model *model) {
   memset(out, 0, sizeof(*out));
   memset(model, 0, sizeof(*model));
   fe_state fs;
   ss_status st = setup(ctx, p, src, probe, &fs);
+  fs.motion = motion;
+  if (st == SS_OK && motion && motion->n_channels != fs.C)
+    st = ss_fail(ctx, SS_ERR_INTERNAL, "front end: registration for %d channels, recording has %d", motion->n_channels,
+                 fs.C);
   excerpts ex = {0};
   accum acc = {0};
   ss_spike_list_init(ctx, &acc.list, fs.C, fs.cfg.n_before + fs.cfg.n_after, 0);
@@ -498,6 +504,7 @@ ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p,
   model->thresholds = fs.th;
   model->detect = fs.cfg;
   model->margin = fs.margin;
+  model->motion = motion;
   if (model->n_truncated > 0)
     ss_log_warn(ctx,
                 "detect: %lld spikes reached the end of the chunk margin; raise io.margin_ms for exact "

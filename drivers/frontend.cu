@@ -218,6 +218,7 @@ struct pass {
   const ss_fe_state *fs;
   const double *d_scale;
   const float *d_basis;
+  const ss_motion_cuda *motion; /* NULL: not registered */
   ss_frontend_model *model;
 };
 
@@ -250,6 +251,12 @@ static ss_status lane_front(ss_ctx *ctx, const pass *ps, lane *l, in_slot *in) {
                                                                                        l->d_f + vb * C, l->stream));
     if (fs->p->filter.common_reference == SS_CMR_MEDIAN)
       SS_TRY(ss_filter_common_median_cuda(ctx, ps->be, l->d_f + vb * C, ve - vb, C, fs->graph.use, l->stream));
+    if (ps->motion) { /* registered into the µV buffer, which is free now; the two then trade places */
+      SS_CUDA_TRY(ctx, cudaMemsetAsync(l->d_x, 0, count * sizeof(float), l->stream));
+      SS_TRY(ss_motion_apply_cuda(ctx, ps->motion, l->d_f + vb * C, l->d_x + vb * C, ve - vb, ch.start - ch.left + vb,
+                                  l->stream));
+      std::swap(l->d_x, l->d_f);
+    }
   }
   SS_CUDA_TRY(ctx, cudaEventRecord(l->ev[EV_FILTERED], l->stream));
   return SS_OK;
@@ -349,6 +356,7 @@ struct resources {
   lane lanes[kLanes];
   double *d_scale = nullptr;
   float *d_basis = nullptr;
+  ss_motion_cuda *motion = nullptr;
   ~resources() {
     if (started) {
       reader_stop(&rd);
@@ -361,10 +369,12 @@ struct resources {
     }
     cudaFree(d_scale);
     cudaFree(d_basis);
+    ss_motion_cuda_close(motion);
   }
 };
 
 static ss_status upload_constants(ss_ctx *ctx, const ss_fe_state *fs, resources *r) {
+  if (fs->motion) SS_TRY(ss_motion_cuda_open(ctx, fs->motion, &r->motion));
   const ss_pca *pca = fs->pca;
   size_t nb = (size_t)pca->n_channels * pca->n_pcs * pca->n_wave;
   SS_TRY(SS_CUDA_ALLOC(ctx, r->d_scale, fs->C, "channel scale"));
@@ -422,7 +432,7 @@ ss_status ss_frontend_chunks_cuda(ss_ctx *ctx, const ss_backend *be, const ss_fe
               chunk / fs->info->rate_hz, kLanes);
   ss_progress prog;
   ss_progress_start(&prog, ctx, "detect (GPU)", fs->info->duration_s);
-  pass ps = {be, fs, r.d_scale, r.d_basis, model};
+  pass ps = {be, fs, r.d_scale, r.d_basis, r.motion, model};
   ss_status st = run_lanes(ctx, &ps, &r, acc, &prog);
   ss_progress_finish(&prog);
   if (st != SS_OK) reader_stop(&r.rd);

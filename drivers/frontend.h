@@ -23,6 +23,7 @@
 #include "stages/detect/detect.h"
 #include "stages/features/features_pca.h"
 #include "stages/filter/filter.h"
+#include "stages/motion/motion.h"
 #include "core/status.h"
 #include "stages/threshold/threshold.h"
 
@@ -51,7 +52,8 @@ typedef struct {
   ss_thresholds thresholds;
   ss_pca pca;
   ss_detect_config detect;
-  int margin; /* samples on each side of a chunk */
+  const ss_motion_reg *motion; /* borrowed from the caller of ss_frontend_run; NULL: not registered */
+  int margin;                  /* samples on each side of a chunk */
   int64_t chunk_samples;
   int64_t n_chunks;
   int64_t n_excerpts;
@@ -78,12 +80,14 @@ void ss_frontend_model_free(ss_frontend_model *m);
 int ss_frontend_margin(const ss_params *p, const ss_filter *f, const ss_detect_config *cfg, double rate_hz);
 
 /* Run the front end over `src` (opened; it is reconfigured here) with the backend's threads.
- * probe NULL: every channel used and none adjacent. */
+ * probe NULL: every channel used and none adjacent. motion: the registration applied to every filtered
+ * chunk (stages/motion/motion.h), excerpts included; NULL: none. It must outlive the model, whose later
+ * passes (ss_frontend_pass) register their chunks the same way. */
 ss_status ss_frontend_run(ss_ctx *ctx, const ss_backend *be, const ss_params *p, ss_source *src, const ss_probe *probe,
-                          ss_spikes *out, ss_frontend_model *model);
+                          const ss_motion_reg *motion, ss_spikes *out, ss_frontend_model *model);
 
-/* A later pass over the recording, filtered as the front end filtered it (the model's filter and
- * noise levels), in its chunks of model->chunk_samples with margins of the filter's settling plus
+/* A later pass over the recording, filtered (and registered) as the front end filtered it (the model's
+ * filter, noise levels and registration), in its chunks of model->chunk_samples with margins of the filter's settling plus
  * `reach` samples on each side. For every chunk, `chunk` runs on a CPU thread (slot = 0 .. threads−1,
  * a chunk's slot in its batch; x may be changed), then `collect` runs on the calling thread in chunk
  * order with the same slot. */

@@ -22,7 +22,8 @@ typedef struct {
   ss_detect_config cfg;
   ss_detect_graph graph;
   ss_thresholds th;
-  const ss_pca *pca; /* NULL in pass 1 */
+  const ss_pca *pca;           /* NULL in pass 1 */
+  const ss_motion_reg *motion; /* registration after filtering; NULL: none */
 } ss_fe_state;
 
 /* The chunk pass's output, in chunk order (sorted by time at the end). */

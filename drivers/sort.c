@@ -178,12 +178,87 @@ static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_st
   return st;
 }
 
+/* The rigid motion of the probe from the detected spikes (stages/motion/motion.h). Sets s->reg when it
+ * spans at least motion.min_range_um. */
+static ss_status motion_of_spikes(ss_ctx *ctx, const ss_sort_state *s, ss_motion *out) {
+  const ss_params *p = &s->o->params;
+  const ss_probe *probe = s->probe;
+  const int C = s->spikes.n_channels;
+  double *y = NULL, *depth = NULL, lo = INFINITY, hi = -INFINITY;
+  ss_status st = SS_ALLOC(ctx, y, (size_t)C, "channel depths");
+  for (int c = 0; st == SS_OK && c < C; c++) {
+    int k = ss_probe_contact_of_channel(probe, c);
+    y[c] = k >= 0 ? probe->y[k] : 0.0;
+    if (k >= 0) {
+      lo = fmin(lo, y[c]);
+      hi = fmax(hi, y[c]);
+    }
+  }
+  if (st == SS_OK) st = SS_ALLOC(ctx, depth, (size_t)s->spikes.n, "spike depths");
+  if (st == SS_OK && lo <= hi) {
+    const ss_spikes *sp = &s->spikes;
+    ss_motion_spike_depth(sp->n, C, sp->n_pcs, sp->features, sp->masks, sp->peak_channel, y, depth);
+    st = ss_motion_estimate(ctx, p, sp->n, sp->time_samples, sp->amplitude, depth, lo, hi, s->info->n_samples,
+                            sp->rate_hz, out);
+  }
+  free(y);
+  free(depth);
+  return st;
+}
+
+static ss_status estimate_motion(ss_ctx *ctx, ss_sort_state *s) {
+  const ss_params *p = &s->o->params;
+  if (!p->motion.enabled || !s->probe || s->spikes.n == 0) return SS_OK;
+  SS_TRY(motion_of_spikes(ctx, s, &s->motion));
+  if (s->motion.n_bins == 0) return SS_OK;
+  const int registered = s->motion.range_um >= p->motion.min_range_um;
+  ss_log_info(ctx, "sort: motion: rigid shifts over %.1f um in %" PRId64 " bins of %g s: %s", s->motion.range_um,
+              s->motion.n_bins, p->motion.bin_s,
+              registered ? "registering the recording" : "below motion.min_range_um, not registered");
+  return SS_OK;
+}
+
+/* Register with s->motion and run the front end again; then estimate what motion is left in the
+ * registered recording's spikes and add it to s->motion (the depth estimate shrinks shifts by a
+ * fifth or so, so each round leaves about a fifth of the last one's motion). Stops after
+ * SS_MOTION_ROUNDS or when what is left spans under a quarter of motion.min_range_um. */
+static ss_status register_recording(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
+  for (int round = 1;; round++) {
+    ss_motion_reg_free(&s->reg);
+    SS_TRY(ss_motion_reg_build(ctx, &s->motion, s->probe, s->spikes.n_channels, &s->reg));
+    ss_spikes_free(&s->spikes);
+    ss_frontend_model_free(&s->fe);
+    SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->reg, &s->spikes, &s->fe));
+    ss_motion left;
+    SS_TRY(motion_of_spikes(ctx, s, &left));
+    ss_log_info(ctx, "sort: motion: round %d: the registered recording's own estimate spans %.1f um", round,
+                left.range_um);
+    const int done = round >= SS_MOTION_ROUNDS || left.range_um < 0.25 * s->o->params.motion.min_range_um ||
+                     left.n_bins != s->motion.n_bins;
+    if (!done) {
+      double lo = INFINITY, hi = -INFINITY;
+      for (int64_t b = 0; b < s->motion.n_bins; b++) {
+        s->motion.shift_um[b] += left.shift_um[b];
+        lo = fmin(lo, s->motion.shift_um[b]);
+        hi = fmax(hi, s->motion.shift_um[b]);
+      }
+      s->motion.range_um = hi - lo;
+    }
+    ss_motion_free(&left);
+    if (done) return SS_OK;
+  }
+}
+
+/* The front end, and again on the registered recording when the probe moved. */
 static ss_status run_frontend(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   if (be->kind == SS_DEVICE_CUDA)
     ss_log_info(ctx, "sort: [1/4] front end on %s (excerpts on %d CPU threads): filter, detect, features", be->gpu.name,
                 be->n_threads);
   else ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
-  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, &s->spikes, &s->fe));
+  SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, NULL, &s->spikes, &s->fe));
+  SS_TRY(estimate_motion(ctx, s));
+  if (s->motion.n_bins > 0 && s->motion.range_um >= s->o->params.motion.min_range_um)
+    SS_TRY(register_recording(ctx, be, src, s));
   s->sum->n_spikes = s->sum->n_detected = s->spikes.n;
   return SS_OK;
 }
@@ -309,6 +384,13 @@ static ss_status run_merge(ss_ctx *ctx, ss_sort_state *s) {
  * it best; clusters that are not units (catch-alls, small pieces) vanish. */
 static ss_status run_templates(ss_ctx *ctx, ss_sort_state *s) {
   if (!s->o->merge || s->o->params.templates.iterations == 0) return SS_OK;
+  if (s->reg.n_bins > 0) {
+    /* registration leaves a unit's waveform varying with the drift's phase (interpolated between
+     * contacts): one fixed template per cluster then misjudges units and moves their spikes
+     * (docs/motion.md); the matching's templates, cut from the recording, take over */
+    ss_log_info(ctx, "sort: templates: skipped on a registered recording");
+    return SS_OK;
+  }
   const ss_templates_input in = {.n = s->spikes.n,
                                  .n_channels = s->spikes.n_channels,
                                  .n_pcs = s->spikes.n_pcs,
@@ -360,6 +442,8 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
 static void state_free(ss_sort_state *s) {
   ss_spikes_free(&s->spikes);
   ss_frontend_model_free(&s->fe);
+  ss_motion_free(&s->motion);
+  ss_motion_reg_free(&s->reg);
   free(s->labels_raw);
   free(s->labels);
   ss_merge_result_free(&s->merge);

@@ -24,6 +24,8 @@ typedef struct {
   const ss_probe *probe;
   ss_spikes spikes;
   ss_frontend_model fe;
+  ss_motion motion;  /* the rigid motion estimate (n_bins 0: not estimated) */
+  ss_motion_reg reg; /* its registration, which fe borrows (n_bins 0: not registered) */
   int32_t *labels_raw;
   int64_t k_raw;
   int32_t *labels;

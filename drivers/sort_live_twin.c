@@ -41,7 +41,7 @@ static ss_status calibrate_live(ss_ctx *ctx, const ss_backend *be, ss_source *sr
                    "sort.live_min_factor: %g x detect.strong_std %g: expected above detect.weak_std %g", min_factor,
                    p->detect.strong_std, p->detect.weak_std);
   ss_params cp = causal_params(p, min_factor);
-  SS_TRY(ss_frontend_run(ctx, be, &cp, src, s->probe, cand, cfe));
+  SS_TRY(ss_frontend_run(ctx, be, &cp, src, s->probe, NULL, cand, cfe));
   float *strength = NULL;
   SS_TRY(SS_ALLOC(ctx, strength, (size_t)(cand->n > 0 ? cand->n : 1), "live calibration"));
   for (int64_t i = 0; i < cand->n; i++) {
@@ -93,7 +93,7 @@ static ss_status fit_live_twin(ss_ctx *ctx, const ss_backend *be, ss_source *src
     ss_spikes_free(&cs);
     ss_frontend_model_free(&s->live_fe);
     ss_params cp = causal_params(&s->o->params, cal.factor);
-    st = ss_frontend_run(ctx, be, &cp, src, s->probe, &cs, &s->live_fe);
+    st = ss_frontend_run(ctx, be, &cp, src, s->probe, NULL, &cs, &s->live_fe);
   }
   /* the prototypes' k-means on one CPU thread: small, and the same on every backend */
   ss_backend cpu;

@@ -81,6 +81,22 @@ static ss_status write_clusters_group(ss_ctx *ctx, hid_t f, const ss_sort_state 
   return st;
 }
 
+/* /motion: the rigid motion estimate (shift_um per bin of bin_s seconds; empty when not estimated) and
+ * whether the recording was registered with it. */
+static ss_status write_motion_group(ss_ctx *ctx, hid_t f, const ss_sort_state *s, const char *path) {
+  const ss_motion *m = &s->motion;
+  const double none = 0.0; /* the buffer of an empty dataset */
+  hid_t g = -1;
+  ss_status st = ss_results_group(ctx, f, "motion", path, &g);
+  if (st == SS_OK) st = ss_h5_attr_i32(ctx, g, "registered", s->reg.n_bins > 0, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "bin_s", m->n_bins ? m->bin_samples / s->spikes.rate_hz : 0.0, path);
+  if (st == SS_OK) st = ss_h5_attr_f64(ctx, g, "range_um", m->range_um, path);
+  if (st == SS_OK)
+    st = ss_results_dataset(ctx, g, "shift_um", H5T_NATIVE_DOUBLE, m->n_bins, 0, m->n_bins ? m->shift_um : &none, path);
+  if (g >= 0) H5Gclose(g);
+  return st;
+}
+
 static ss_status write_merges_group(ss_ctx *ctx, hid_t f, const ss_sort_state *s, const char *path) {
   const int64_t M = s->merged ? s->merge.n_decisions : 0;
   size_t m = (size_t)(M > 0 ? M : 1);
@@ -161,6 +177,7 @@ static ss_status write_results(ss_ctx *ctx, const ss_sort_state *s) {
   if (st == SS_OK) st = write_run_attrs(ctx, rf.file, s, path);
   if (st == SS_OK) st = write_clusters_group(ctx, rf.file, s, path);
   if (st == SS_OK) st = write_merges_group(ctx, rf.file, s, path);
+  if (st == SS_OK) st = write_motion_group(ctx, rf.file, s, path);
   if (st != SS_OK) {
     ss_results_abort(&rf);
     return st;

@@ -60,6 +60,12 @@ typedef struct {
     int64_t pca_max_spikes;
   } features;
   struct {
+    int enabled;         /* estimate rigid drift and, when it is large enough, register the recording */
+    double bin_s;        /* time bin of the estimate */
+    double max_um;       /* largest shift searched, either way */
+    double min_range_um; /* register only when the estimate spans at least this */
+  } motion;
+  struct {
     double prior_point;
     double noise_point;
     double points_for_cluster_mask;

@@ -75,6 +75,18 @@ const ss_param_spec ss_param_table[] = {
     INT("features.pca_max_spikes", features.pca_max_spikes, 10000, 10, I64_MAX,
         "Most spikes used to fit the PCA basis (chosen from the seed)."),
 
+    BOOL("motion.enabled", motion.enabled, 1,
+         "In `sort`: estimate the probe's rigid motion from the detected spikes' depths and, when it spans at least "
+         "motion.min_range_um, register the recording (every filtered chunk resampled at the drifted contact "
+         "positions) and run the front end again (stages/motion/motion.h; docs/motion.md)."),
+    NUM("motion.bin_s", motion.bin_s, 2.0, 0.1, 3600, 0, 0,
+        "Time bin of the motion estimate (s): each bin gets one shift, smoothed over neighbouring bins."),
+    NUM("motion.max_um", motion.max_um, 50.0, 2, 128, 0, 0,
+        "Largest shift (µm) the motion estimate searches, either way from the recording's median position."),
+    NUM("motion.min_range_um", motion.min_range_um, 8.0, 0, INF, 0, 0,
+        "The recording is registered only when the estimated shifts span at least this (µm): on a still probe the "
+        "estimate moves by a few µm, and resampling would only blur the data."),
+
     NUM("mask_em.prior_point", mask_em.prior_point, 1.0, 0, INF, 0, 0, "Pseudo-count P of every Gaussian cluster."),
     NUM("mask_em.noise_point", mask_em.noise_point, 1.0, 0, INF, 0, 0, "Pseudo-count Q of the noise cluster."),
     NUM("mask_em.points_for_cluster_mask", mask_em.points_for_cluster_mask, 100.0, 0, INF, 0, 0,

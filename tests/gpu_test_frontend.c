@@ -49,7 +49,7 @@ static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, i
   ss_frontend_model model;
   if (ss_source_open(&ctx, &spec, &src) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   if (ss_backend_open(&ctx, dev, 0, 4, &be) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
-  if (ss_frontend_run(&ctx, &be, &p, src, &probe, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  if (ss_frontend_run(&ctx, &be, &p, src, &probe, NULL, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   assert_int_equal(model.n_truncated, 0);
   *seconds = model.seconds_detect;
   ss_frontend_model_free(&model);

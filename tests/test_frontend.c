@@ -54,7 +54,7 @@ static void run_frontend(double chunk_s, int threads, ss_spikes *out) {
   ss_frontend_model model;
   if (ss_source_open(&ctx, &spec, &src) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, threads, &be), SS_OK);
-  if (ss_frontend_run(&ctx, &be, &p, src, &probe, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  if (ss_frontend_run(&ctx, &be, &p, src, &probe, NULL, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   assert_int_equal(model.n_truncated, 0);
   assert_int_equal(model.pca.n_wave, 20); /* 0.5 + 0.5 ms at 20 kHz */
   ss_frontend_model_free(&model);

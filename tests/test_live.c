@@ -55,7 +55,7 @@ static void build_model(ss_ctx *ctx) {
   ss_frontend_model fm;
   if (ss_source_open(ctx, &spec, &src) != SS_OK) fail_msg("%s", ss_error_message(ctx));
   assert_int_equal(ss_backend_open(ctx, SS_DEVICE_CPU, 0, 2, &be), SS_OK);
-  if (ss_frontend_run(ctx, &be, &p, src, &probe, &fe, &fm) != SS_OK) fail_msg("%s", ss_error_message(ctx));
+  if (ss_frontend_run(ctx, &be, &p, src, &probe, NULL, &fe, &fm) != SS_OK) fail_msg("%s", ss_error_message(ctx));
   const ss_source_info *info = ss_source_get_info(src);
   memset(&model, 0, sizeof(model));
   model.rate_hz = RATE;

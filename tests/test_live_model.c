@@ -325,7 +325,7 @@ static void run_frontend(int causal, double chunk_s, double twin_factor, ss_spik
   assert_true(info->has_positions);
   assert_int_equal(ss_probe_from_positions(&ctx, info->n_channels, info->x_um, info->y_um, RADIUS_UM, &probe), SS_OK);
   assert_int_equal(ss_backend_open(&ctx, SS_DEVICE_CPU, 0, 2, &be), SS_OK);
-  if (ss_frontend_run(&ctx, &be, &p, src, &probe, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  if (ss_frontend_run(&ctx, &be, &p, src, &probe, NULL, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   assert_int_equal(model.n_truncated, 0);
   ss_frontend_model_free(&model);
   ss_backend_close(&be);

@@ -471,12 +471,78 @@ static void shadows(void **state) {
   assert_int_equal(n_dropped, 0);
 }
 
+/* Well detected units (compare, --exclude 0) of sort output `dir` against the simulation `sim`. */
+static int well_detected(const char *dir, const char *sim, int *total) {
+  char args[ARGS_LEN];
+  snprintf(args, sizeof(args), "compare '%s/results.h5' '%s' --exclude 0", dir, sim);
+  char *table = cli(args, 0, NULL);
+  const char *line = strstr(table, "well detected");
+  int found = 0;
+  assert_int_equal(line ? sscanf(line, "well detected (accuracy >= 0.8): %d of %d", &found, total) : 0, 2);
+  free(table);
+  return found;
+}
+
+/* A probe drifting 1.5 um/s for 30 s (45 um, two rows of contacts): the motion is estimated (its
+ * span within 20 % of the truth), the recording is registered and every unit is well detected; with
+ * motion.enabled false the same sort loses units. The still recording of the group is not registered. */
+static void drifting_probe(void **state) {
+  (void)state;
+  char drift_sim[PATH_LEN], dir[PATH_LEN], off[PATH_LEN], args[ARGS_LEN], path[2 * PATH_LEN];
+  ss_sim_config c = ss_test_sim_units(30.0, 8, 20, 5);
+  c.drift_um_per_s = 1.5;
+  assert_int_equal(ss_test_simulate(PROBE, 40.0, &c, SS_SIM_FORMAT_NWB, "drift.nwb", drift_sim, sizeof(drift_sim),
+                                    NULL),
+                   0);
+  ss_test_path(dir, sizeof(dir), "drift");
+  ss_test_path(off, sizeof(off), "drift_off");
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q", drift_sim, dir);
+  free(cli(args, 0, NULL));
+  snprintf(args, sizeof(args), "sort '%s' -o '%s' -q --param motion.enabled=false", drift_sim, off);
+  free(cli(args, 0, NULL));
+  snprintf(path, sizeof(path), "%s/results.h5", dir);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0);
+  hid_t g = H5Gopen2(f, "/motion", H5P_DEFAULT);
+  assert_true(g >= 0);
+  int registered = 0;
+  double range = 0;
+  hid_t a = H5Aopen(g, "registered", H5P_DEFAULT);
+  assert_true(a >= 0 && H5Aread(a, H5T_NATIVE_INT, &registered) >= 0);
+  H5Aclose(a);
+  a = H5Aopen(g, "range_um", H5P_DEFAULT);
+  assert_true(a >= 0 && H5Aread(a, H5T_NATIVE_DOUBLE, &range) >= 0);
+  H5Aclose(a);
+  H5Gclose(g);
+  H5Fclose(f);
+  print_message("drift 45 um: estimated span %.1f um, registered %d\n", range, registered);
+  assert_int_equal(registered, 1);
+  assert_true(range > 0.8 * 45.0 && range < 1.2 * 45.0);
+  int total = 0, on = well_detected(dir, drift_sim, &total), without = well_detected(off, drift_sim, &total);
+  print_message("well detected: %d of %d registered, %d of %d not\n", on, total, without, total);
+  assert_int_equal(total, 8);
+  if (on < total) fail_msg("only %d of %d units well detected on the registered recording", on, total);
+  assert_true(without < on);
+  /* the group's still recording */
+  sort_into("still", "");
+  out_file(path, sizeof(path), "still", "results.h5");
+  f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  assert_true(f >= 0);
+  g = H5Gopen2(f, "/motion", H5P_DEFAULT);
+  a = H5Aopen(g, "registered", H5P_DEFAULT);
+  assert_true(a >= 0 && H5Aread(a, H5T_NATIVE_INT, &registered) >= 0);
+  H5Aclose(a);
+  H5Gclose(g);
+  H5Fclose(f);
+  assert_int_equal(registered, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(end_to_end),          cmocka_unit_test(h5_layouts),       cmocka_unit_test(quality_outputs),
       cmocka_unit_test(threads_and_cluster), cmocka_unit_test(phy_check_errors), cmocka_unit_test(bad_inputs),
       cmocka_unit_test(em_subset),           cmocka_unit_test(unwired_contacts), cmocka_unit_test(sort_log),
-      cmocka_unit_test(units_nwb),           cmocka_unit_test(shadows),
+      cmocka_unit_test(units_nwb),           cmocka_unit_test(shadows),          cmocka_unit_test(drifting_probe),
   };
   return cmocka_run_group_tests(tests, group_setup, NULL);
 }

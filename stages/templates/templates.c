@@ -337,6 +337,9 @@ static ss_status build_templates(ss_ctx *ctx, const ss_params *p, const ss_templ
   free(bufs);
   free(start);
   free(order);
+  for (int64_t c = 1; st == SS_OK && c < k; c++)
+    ss_log_debug(ctx, "templates: cluster %" PRId64 ": %" PRId64 " spikes, median residual %.3f on %d channels%s", c,
+                 ts->count[c], ts->res[c], ts->nfp[c], ts->is_unit[c] ? "" : " (not a unit)");
   return st;
 }
 
