@@ -411,6 +411,40 @@ static ss_status run_templates(ss_ctx *ctx, ss_sort_state *s) {
   return SS_OK;
 }
 
+/* On a registered recording, the merge rule once more over the matched units: a unit near the probe
+ * leaves a waveform between two contacts that the interpolation renders a little lower or higher
+ * with the drift's phase, and masked EM and matching can keep two such pieces of one unit apart
+ * (docs/motion.md). The match templates follow: a merged unit keeps its largest piece's. */
+static ss_status merge_matched(ss_ctx *ctx, ss_sort_state *s) {
+  const int64_t k_in = s->k, n = s->spikes.n;
+  int64_t *count = NULL, *best = NULL;
+  SS_TRY(SS_CALLOC(ctx, count, (size_t)k_in, "unit sizes"));
+  for (int64_t i = 0; i < n; i++) count[s->labels[i]]++;
+  ss_merge_result r = {0};
+  ss_status st = merge_pass(ctx, s, &s->k, NULL, &r);
+  if (st == SS_OK && r.n_merges > 0 && s->unit_tmpl) {
+    const size_t per = (size_t)s->unit_tmpl_w * s->spikes.n_channels;
+    st = SS_ALLOC(ctx, best, (size_t)s->k, "merged templates");
+    for (int64_t j = 0; st == SS_OK && j < s->k; j++) best[j] = -1;
+    for (int64_t c = 0; st == SS_OK && c < k_in; c++) {
+      int64_t j = r.map[c];
+      if (best[j] < 0 || count[c] > count[best[j]]) best[j] = c;
+    }
+    for (int64_t j = 0; st == SS_OK && j < s->k; j++) /* best[j] >= j: the copies never overwrite a source */
+      if (best[j] >= 0 && best[j] != j)
+        memmove(s->unit_tmpl + j * per, s->unit_tmpl + best[j] * per, per * sizeof(float));
+  }
+  if (st == SS_OK)
+    ss_log_info(ctx,
+                "sort: merge of the matched units on the registered recording: %" PRId64 " -> %" PRId64 " clusters",
+                k_in, s->k);
+  if (st == SS_OK) s->n_merges_after_cleanup += r.n_merges;
+  ss_merge_result_free(&r);
+  free(count);
+  free(best);
+  return st;
+}
+
 /* Front end, masked EM, merge and cleanup, the final clusters' statistics, and the causal twin. */
 static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_sort_state *s) {
   ss_sort_summary *sum = s->sum;
@@ -423,6 +457,7 @@ static ss_status pipeline(ss_ctx *ctx, const ss_backend *be, ss_source *src, ss_
   SS_TRY(run_templates(ctx, s));
   const double t_match = ss_now();
   SS_TRY(ss_sort_match(ctx, be, src, s));
+  if (s->reg.n_bins > 0 && s->merged) SS_TRY(merge_matched(ctx, s));
   sum->t_match_s = ss_now() - t_match;
   sum->n_spikes = s->spikes.n;
   SS_TRY(cluster_stats(ctx, s, s->k, &s->stats));

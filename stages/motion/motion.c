@@ -145,8 +145,8 @@ static double best_shift(const hist *g, int64_t t, int *best) {
   return b + d;
 }
 
-static ss_status hist_build(ss_ctx *ctx, int64_t n, const int64_t *ts, const float *amp, const double *depth,
-                            double y0, int64_t bin_samples, hist *g) {
+static ss_status hist_build(ss_ctx *ctx, int64_t n, const int64_t *ts, const float *amp, const double *depth, double y0,
+                            int64_t bin_samples, hist *g) {
   double *la = NULL, *tmp = NULL;
   SS_TRY(SS_ALLOC(ctx, la, (size_t)n, "motion amplitudes"));
   ss_status st = SS_ALLOC(ctx, tmp, (size_t)n, "motion amplitudes");
