@@ -213,7 +213,7 @@ static ss_status estimate_motion(ss_ctx *ctx, ss_sort_state *s) {
   if (s->motion.n_bins == 0) return SS_OK;
   const int registered = s->motion.range_um >= p->motion.min_range_um;
   ss_log_info(ctx, "sort: motion: rigid shifts over %.1f um in %" PRId64 " bins of %g s: %s", s->motion.range_um,
-              s->motion.n_bins, p->motion.bin_s,
+              s->motion.n_bins, s->motion.bin_samples / s->spikes.rate_hz,
               registered ? "registering the recording" : "below motion.min_range_um, not registered");
   return SS_OK;
 }

@@ -230,12 +230,25 @@ ss_status ss_motion_estimate(ss_ctx *ctx, const ss_params *p, int64_t n, const i
   int64_t bin_samples = llround(p->motion.bin_s * rate_hz);
   if (bin_samples < 1) bin_samples = 1;
   hist g = {0};
-  g.T = (n_samples + bin_samples - 1) / bin_samples;
-  if (g.T < 1) g.T = 1;
   g.S = (int)ceil(max_um / SS_MOTION_DEPTH_BIN_UM);
   if (g.S > 64) g.S = 64; /* max_um's range in the params table keeps S at most 64 */
   const double y0 = depth_lo - (g.S + 2) * SS_MOTION_DEPTH_BIN_UM;
   g.Y = (int64_t)ceil((depth_hi - y0) / SS_MOTION_DEPTH_BIN_UM) + g.S + 3;
+  if (g.Y > SS_MOTION_MAX_CELLS / SS_MOTION_AMP_BANDS) { /* out->n_bins 0: not estimated */
+    ss_log_warn(ctx, "motion: the probe spans %.0f um, too long for 2 um depth bins: motion not estimated",
+                depth_hi - depth_lo);
+    return SS_OK;
+  }
+  /* long recordings on long probes: wider time bins keep the histograms within SS_MOTION_MAX_CELLS */
+  int64_t max_bins = SS_MOTION_MAX_CELLS / (SS_MOTION_AMP_BANDS * g.Y);
+  if (max_bins < 1) max_bins = 1;
+  if ((n_samples + bin_samples - 1) / bin_samples > max_bins) {
+    bin_samples = (n_samples + max_bins - 1) / max_bins;
+    ss_log_info(ctx, "motion: time bins of %.3g s (motion.bin_s = %g s would need more than %d M histogram cells)",
+                bin_samples / rate_hz, p->motion.bin_s, SS_MOTION_MAX_CELLS >> 20);
+  }
+  g.T = (n_samples + bin_samples - 1) / bin_samples;
+  if (g.T < 1) g.T = 1;
   ss_status st = SS_CALLOC(ctx, g.h, (size_t)(g.T * SS_MOTION_AMP_BANDS * g.Y), "motion histograms");
   if (st == SS_OK) st = SS_CALLOC(ctx, g.count, (size_t)g.T, "motion histograms");
   if (st == SS_OK) st = SS_ALLOC(ctx, g.ref, (size_t)(SS_MOTION_AMP_BANDS * g.Y), "motion reference");

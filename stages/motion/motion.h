@@ -28,8 +28,9 @@ extern "C" {
 #define SS_MOTION_DEPTH_BIN_UM 2.0
 #define SS_MOTION_AMP_BANDS 8
 #define SS_MOTION_ITERATIONS 6
-#define SS_MOTION_TAPS 4   /* source channels per registered channel */
-#define SS_MOTION_ROUNDS 3 /* registrations in `sort`, each correcting what the last one left */
+#define SS_MOTION_MAX_CELLS (1 << 27) /* histogram floats at most (512 MiB); wider time bins beyond */
+#define SS_MOTION_TAPS 4              /* source channels per registered channel */
+#define SS_MOTION_ROUNDS 3            /* registrations in `sort`, each correcting what the last one left */
 
 /* The estimate: shift_um[b] for samples [b·bin_samples, (b+1)·bin_samples). */
 typedef struct {
@@ -57,7 +58,8 @@ void ss_motion_spike_depth(int64_t n, int C, int P, const float *features, const
                            const int32_t *peak_channel, const double *y_of_channel, double *depth);
 
 /* The estimate over a recording of n_samples at rate_hz from n spikes (times, amplitudes, depths);
- * depth_lo/hi bound the probe's contacts. */
+ * depth_lo/hi bound the probe's contacts. out->n_bins 0: not estimated (a probe too long for the
+ * histograms, logged). */
 ss_status ss_motion_estimate(ss_ctx *ctx, const ss_params *p, int64_t n, const int64_t *time_samples,
                              const float *amplitude, const double *depth, double depth_lo, double depth_hi,
                              int64_t n_samples, double rate_hz, ss_motion *out);
