@@ -199,7 +199,7 @@ static ss_status motion_of_spikes(ss_ctx *ctx, const ss_sort_state *s, ss_motion
     const ss_spikes *sp = &s->spikes;
     ss_motion_spike_depth(sp->n, C, sp->n_pcs, sp->features, sp->masks, sp->peak_channel, y, depth);
     st = ss_motion_estimate(ctx, p, sp->n, sp->time_samples, sp->amplitude, depth, lo, hi, s->info->n_samples,
-                            sp->rate_hz, out);
+                            sp->rate_hz, s->sum->n_threads, out);
   }
   free(y);
   free(depth);

@@ -1,5 +1,6 @@
 /* test_motion.c — the rigid motion estimate on synthetic spike tables with a known drift (a zigzag,
- * recovered within 2 µm RMS; a still probe stays under motion.min_range_um), the spike depth
+ * recovered within 2 µm RMS, the same for any thread count; a still probe stays under
+ * motion.min_range_um), the spike depth
  * rule, and the registration weights: a field linear in depth is reproduced inside a column, a
  * constant one everywhere (gaps included), past the column's ends the end contact, unconnected channels
  * keep their signal. */
@@ -81,33 +82,37 @@ static double rms_error(const ss_motion *m, double amp_um) {
   return sqrt(sum / m->n_bins);
 }
 
-static void estimate_case(double amp_um, uint64_t stream, ss_motion *m) {
+static void estimate_case(double amp_um, uint64_t stream, int threads, ss_motion *m) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_params p;
   ss_params_defaults(&p);
   table tb = make_table(amp_um, stream);
-  if (ss_motion_estimate(&ctx, &p, tb.n, tb.t, tb.amp, tb.depth, 0, 300, (int64_t)(DURATION_S * RATE_HZ), RATE_HZ, m) !=
-      SS_OK)
+  if (ss_motion_estimate(&ctx, &p, tb.n, tb.t, tb.amp, tb.depth, 0, 300, (int64_t)(DURATION_S * RATE_HZ), RATE_HZ,
+                         threads, m) != SS_OK)
     fail_msg("%s", ss_error_message(&ctx));
   table_free(&tb);
 }
 
 static void recovers_zigzag(void **state) {
   (void)state;
-  ss_motion m;
-  estimate_case(20.0, 1, &m);
+  ss_motion m, one;
+  estimate_case(20.0, 1, 3, &m);
   double err = rms_error(&m, 20.0);
   print_message("zigzag ±20 µm: range %.1f µm, rms error %.2f µm\n", m.range_um, err);
   assert_true(err < 2.0);
   assert_true(m.range_um > 35 && m.range_um < 45);
+  estimate_case(20.0, 1, 1, &one); /* the thread count does not change the estimate */
+  assert_int_equal(one.n_bins, m.n_bins);
+  assert_memory_equal(one.shift_um, m.shift_um, sizeof(double) * (size_t)m.n_bins);
+  ss_motion_free(&one);
   ss_motion_free(&m);
 }
 
 static void still_probe_not_registered(void **state) {
   (void)state;
   ss_motion m;
-  estimate_case(0.0, 2, &m);
+  estimate_case(0.0, 2, 2, &m);
   ss_params p;
   ss_params_defaults(&p);
   print_message("still probe: range %.2f µm\n", m.range_um);

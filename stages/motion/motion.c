@@ -55,6 +55,7 @@ static double quantile(const double *v, int64_t n, double q, double *tmp) {
 typedef struct {
   int64_t T, Y;   /* time bins, depth bins */
   int S;          /* shifts searched: −S .. S depth bins */
+  int threads;    /* CPU threads of the shift search (each time bin apart: the result does not depend on them) */
   float *h;       /* [T × A × Y] */
   int64_t *count; /* spikes per time bin */
   double *ref;    /* [A × Y] */
@@ -206,12 +207,14 @@ static ss_status register_bins(ss_ctx *ctx, hist *g, double *shift_um) {
   if (st == SS_OK) st = SS_ALLOC(ctx, tmp, (size_t)g->T, "motion shifts");
   for (int it = 0; st == SS_OK && it < SS_MOTION_ITERATIONS; it++) {
     make_ref(g, s);
+#pragma omp parallel for num_threads(g->threads) schedule(static)
     for (int64_t t = 0; t < g->T; t++)
       if (g->count[t] >= MIN_SPIKES_PER_BIN) best_shift(g, t, &s[t]);
     center_shifts(g, s, tmp);
   }
   if (st == SS_OK) {
     make_ref(g, s);
+#pragma omp parallel for num_threads(g->threads) schedule(static)
     for (int64_t t = 0; t < g->T; t++) {
       int b;
       shift_um[t] = g->count[t] >= MIN_SPIKES_PER_BIN ? best_shift(g, t, &b) * SS_MOTION_DEPTH_BIN_UM : 0.0;
@@ -224,12 +227,13 @@ static ss_status register_bins(ss_ctx *ctx, hist *g, double *shift_um) {
 
 ss_status ss_motion_estimate(ss_ctx *ctx, const ss_params *p, int64_t n, const int64_t *time_samples,
                              const float *amplitude, const double *depth, double depth_lo, double depth_hi,
-                             int64_t n_samples, double rate_hz, ss_motion *out) {
+                             int64_t n_samples, double rate_hz, int n_threads, ss_motion *out) {
   memset(out, 0, sizeof(*out));
   const double max_um = p->motion.max_um;
   int64_t bin_samples = llround(p->motion.bin_s * rate_hz);
   if (bin_samples < 1) bin_samples = 1;
   hist g = {0};
+  g.threads = n_threads > 0 ? n_threads : 1;
   g.S = (int)ceil(max_um / SS_MOTION_DEPTH_BIN_UM);
   if (g.S > 64) g.S = 64; /* max_um's range in the params table keeps S at most 64 */
   const double y0 = depth_lo - (g.S + 2) * SS_MOTION_DEPTH_BIN_UM;

@@ -58,11 +58,11 @@ void ss_motion_spike_depth(int64_t n, int C, int P, const float *features, const
                            const int32_t *peak_channel, const double *y_of_channel, double *depth);
 
 /* The estimate over a recording of n_samples at rate_hz from n spikes (times, amplitudes, depths);
- * depth_lo/hi bound the probe's contacts. out->n_bins 0: not estimated (a probe too long for the
+ * depth_lo/hi bound the probe's contacts; n_threads CPU threads search the shifts. out->n_bins 0: not estimated (a probe too long for the
  * histograms, logged). */
 ss_status ss_motion_estimate(ss_ctx *ctx, const ss_params *p, int64_t n, const int64_t *time_samples,
                              const float *amplitude, const double *depth, double depth_lo, double depth_hi,
-                             int64_t n_samples, double rate_hz, ss_motion *out);
+                             int64_t n_samples, double rate_hz, int n_threads, ss_motion *out);
 
 /* The registration weights of `m` for the probe's channels (n_channels recording channels). */
 ss_status ss_motion_reg_build(ss_ctx *ctx, const ss_motion *m, const ss_probe *probe, int n_channels,
