@@ -1,9 +1,8 @@
 /* test_motion.c — the rigid motion estimate on synthetic spike tables with a known drift (a zigzag,
  * recovered within 2 µm RMS, the same for any thread count; a still probe stays under
- * motion.min_range_um), the spike depth
- * rule, and the registration weights: a field linear in depth is reproduced inside a column, a
- * constant one everywhere (gaps included), past the column's ends the end contact, unconnected channels
- * keep their signal. */
+ * motion.min_range_um), the spike depth rule, and the registration weights: a field linear in depth is
+ * reproduced inside a column, a constant one everywhere (gaps included), past the column's ends the end
+ * contact, unconnected channels keep their signal. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
