@@ -2,7 +2,8 @@
  * the CPU reference on simulated recordings of three seeds: at least 99.9 % of the CPU's
  * spikes have a GPU spike within 1 sample on the same peak channel whose features agree within 1e-4
  * (relative to the spike's largest feature), and vice versa; and the GPU result does not depend on
- * the chunk length. GPU group: skipped visibly without a device. */
+ * the chunk length; the same with the causal filter and with a registered recording (stages/motion).
+ * GPU group: skipped visibly without a device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,8 +35,8 @@ static void simulate(int seed, char *path, size_t len) {
     fail_msg("simulation %d failed", seed);
 }
 
-static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, int causal, ss_spikes *out,
-                     double *seconds) {
+static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, int causal, const ss_motion_reg *reg,
+                     ss_spikes *out, double *seconds) {
   ss_ctx ctx;
   ss_test_ctx(&ctx);
   ss_params p;
@@ -49,7 +50,7 @@ static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, i
   ss_frontend_model model;
   if (ss_source_open(&ctx, &spec, &src) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   if (ss_backend_open(&ctx, dev, 0, 4, &be) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
-  if (ss_frontend_run(&ctx, &be, &p, src, &probe, NULL, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  if (ss_frontend_run(&ctx, &be, &p, src, &probe, reg, out, &model) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
   assert_int_equal(model.n_truncated, 0);
   *seconds = model.seconds_detect;
   ss_frontend_model_free(&model);
@@ -58,7 +59,7 @@ static void run_mode(const char *path, ss_device_kind dev, double gpu_chunk_s, i
 }
 
 static void run(const char *path, ss_device_kind dev, double gpu_chunk_s, ss_spikes *out, double *seconds) {
-  run_mode(path, dev, gpu_chunk_s, 0, out, seconds);
+  run_mode(path, dev, gpu_chunk_s, 0, NULL, out, seconds);
 }
 
 static double spike_feature_diff(const ss_spikes *a, int64_t i, const ss_spikes *b, int64_t j) {
@@ -144,8 +145,8 @@ static void gpu_causal_matches_cpu(void **state) {
   simulate(11, path, sizeof(path));
   ss_spikes cpu, gpu;
   double t, w1, w2;
-  run_mode(path, SS_DEVICE_CPU, 10.0, 1, &cpu, &t);
-  run_mode(path, SS_DEVICE_CUDA, 3.0, 1, &gpu, &t);
+  run_mode(path, SS_DEVICE_CPU, 10.0, 1, NULL, &cpu, &t);
+  run_mode(path, SS_DEVICE_CUDA, 3.0, 1, NULL, &gpu, &t);
   double f1 = matched_fraction(&cpu, &gpu, &w1), f2 = matched_fraction(&gpu, &cpu, &w2);
   print_message("causal: CPU %lld spikes, GPU %lld; matched %.5f / %.5f; worst feature diff %.2e\n", (long long)cpu.n,
                 (long long)gpu.n, f1, f2, fmax(w1, w2));
@@ -153,6 +154,35 @@ static void gpu_causal_matches_cpu(void **state) {
   assert_true(f1 >= MIN_MATCHED && f2 >= MIN_MATCHED);
   ss_spikes_free(&cpu);
   ss_spikes_free(&gpu);
+  remove(path);
+}
+
+/* A registered recording (stages/motion: a ±15 µm zigzag of 2 s bins, excerpts included): the GPU chunk
+ * pass registers after its filter as the CPU does after its own. */
+static void gpu_registered_matches_cpu(void **state) {
+  (void)state;
+  char path[4096];
+  simulate(12, path, sizeof(path));
+  ss_ctx ctx;
+  ss_test_ctx(&ctx);
+  ss_motion m = {.n_bins = (int64_t)(DURATION / 2), .bin_samples = (int64_t)(2 * RATE)};
+  m.shift_um = calloc((size_t)m.n_bins, sizeof(double));
+  for (int64_t b = 0; b < m.n_bins; b++) m.shift_um[b] = 15.0 * sin(0.7 * (double)b);
+  ss_motion_reg reg;
+  if (ss_motion_reg_build(&ctx, &m, &probe, 32, &reg) != SS_OK) fail_msg("%s", ss_error_message(&ctx));
+  ss_spikes cpu, gpu;
+  double t, w1, w2;
+  run_mode(path, SS_DEVICE_CPU, 10.0, 0, &reg, &cpu, &t);
+  run_mode(path, SS_DEVICE_CUDA, 3.0, 0, &reg, &gpu, &t);
+  double f1 = matched_fraction(&cpu, &gpu, &w1), f2 = matched_fraction(&gpu, &cpu, &w2);
+  print_message("registered: CPU %lld spikes, GPU %lld; matched %.5f / %.5f; worst feature diff %.2e\n",
+                (long long)cpu.n, (long long)gpu.n, f1, f2, fmax(w1, w2));
+  assert_true(cpu.n > 100);
+  assert_true(f1 >= MIN_MATCHED && f2 >= MIN_MATCHED);
+  ss_spikes_free(&cpu);
+  ss_spikes_free(&gpu);
+  ss_motion_reg_free(&reg);
+  free(m.shift_um);
   remove(path);
 }
 
@@ -168,6 +198,7 @@ int main(void) {
       cmocka_unit_test(gpu_matches_cpu),
       cmocka_unit_test(gpu_chunk_size_independence),
       cmocka_unit_test(gpu_causal_matches_cpu),
+      cmocka_unit_test(gpu_registered_matches_cpu),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   ss_probe_free(&probe);
