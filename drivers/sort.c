@@ -178,13 +178,15 @@ static ss_status assign_rest(ss_ctx *ctx, const ss_backend *be, const ss_sort_st
   return st;
 }
 
-/* The rigid motion of the probe from the detected spikes (stages/motion/motion.h). Sets s->reg when it
- * spans at least motion.min_range_um. */
+/* The rigid motion of the probe from the current spike table (stages/motion/motion.h); out->n_bins 0
+ * when there is none to estimate (no spikes, no contact on a recording channel). */
 static ss_status motion_of_spikes(ss_ctx *ctx, const ss_sort_state *s, ss_motion *out) {
   const ss_params *p = &s->o->params;
   const ss_probe *probe = s->probe;
   const int C = s->spikes.n_channels;
   double *y = NULL, *depth = NULL, lo = INFINITY, hi = -INFINITY;
+  memset(out, 0, sizeof(*out));
+  if (s->spikes.n == 0) return SS_OK;
   ss_status st = SS_ALLOC(ctx, y, (size_t)C, "channel depths");
   for (int c = 0; st == SS_OK && c < C; c++) {
     int k = ss_probe_contact_of_channel(probe, c);
