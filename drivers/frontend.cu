@@ -251,10 +251,9 @@ static ss_status lane_front(ss_ctx *ctx, const pass *ps, lane *l, in_slot *in) {
                                                                                        l->d_f + vb * C, l->stream));
     if (fs->p->filter.common_reference == SS_CMR_MEDIAN)
       SS_TRY(ss_filter_common_median_cuda(ctx, ps->be, l->d_f + vb * C, ve - vb, C, fs->graph.use, l->stream));
-    if (ps->motion) { /* registered into the µV buffer, which is free now; the two then trade places */
-      SS_CUDA_TRY(ctx, cudaMemsetAsync(l->d_x, 0, count * sizeof(float), l->stream));
-      SS_TRY(ss_motion_apply_cuda(ctx, ps->motion, l->d_f + vb * C, l->d_x + vb * C, ve - vb, ch.start - ch.left + vb,
-                                  l->stream));
+    if (ps->motion) { /* registered into the µV buffer, which is free now; the two then trade places. Every
+                       * row: those outside the recording are 0 and stay 0 (a row is mixed only with itself) */
+      SS_TRY(ss_motion_apply_cuda(ctx, ps->motion, l->d_f, l->d_x, rows, ch.start - ch.left, l->stream));
       std::swap(l->d_x, l->d_f);
     }
   }

@@ -208,15 +208,17 @@ static ss_status motion_of_spikes(ss_ctx *ctx, const ss_sort_state *s, ss_motion
   return st;
 }
 
-static ss_status estimate_motion(ss_ctx *ctx, ss_sort_state *s) {
+/* s->motion from the front end's spikes; *moved: it spans at least motion.min_range_um. */
+static ss_status estimate_motion(ss_ctx *ctx, ss_sort_state *s, int *moved) {
   const ss_params *p = &s->o->params;
-  if (!p->motion.enabled || !s->probe || s->spikes.n == 0) return SS_OK;
+  *moved = 0;
+  if (!p->motion.enabled || !s->probe) return SS_OK;
   SS_TRY(motion_of_spikes(ctx, s, &s->motion));
   if (s->motion.n_bins == 0) return SS_OK;
-  const int registered = s->motion.range_um >= p->motion.min_range_um;
+  *moved = s->motion.range_um >= p->motion.min_range_um;
   ss_log_info(ctx, "sort: motion: rigid shifts over %.1f um in %" PRId64 " bins of %g s: %s", s->motion.range_um,
               s->motion.n_bins, s->motion.bin_samples / s->spikes.rate_hz,
-              registered ? "registering the recording" : "below motion.min_range_um, not registered");
+              *moved ? "registering the recording" : "below motion.min_range_um, not registered");
   return SS_OK;
 }
 
@@ -237,15 +239,7 @@ static ss_status register_recording(ss_ctx *ctx, const ss_backend *be, ss_source
                 left.range_um);
     const int done = round >= SS_MOTION_ROUNDS || left.range_um < 0.25 * s->o->params.motion.min_range_um ||
                      left.n_bins != s->motion.n_bins;
-    if (!done) {
-      double lo = INFINITY, hi = -INFINITY;
-      for (int64_t b = 0; b < s->motion.n_bins; b++) {
-        s->motion.shift_um[b] += left.shift_um[b];
-        lo = fmin(lo, s->motion.shift_um[b]);
-        hi = fmax(hi, s->motion.shift_um[b]);
-      }
-      s->motion.range_um = hi - lo;
-    }
+    if (!done) ss_motion_add(&s->motion, &left);
     ss_motion_free(&left);
     if (done) return SS_OK;
   }
@@ -258,9 +252,9 @@ static ss_status run_frontend(ss_ctx *ctx, const ss_backend *be, ss_source *src,
                 be->n_threads);
   else ss_log_info(ctx, "sort: [1/4] front end on the CPU (%d threads): filter, detect, features", be->n_threads);
   SS_TRY(ss_frontend_run(ctx, be, &s->o->params, src, s->probe, NULL, &s->spikes, &s->fe));
-  SS_TRY(estimate_motion(ctx, s));
-  if (s->motion.n_bins > 0 && s->motion.range_um >= s->o->params.motion.min_range_um)
-    SS_TRY(register_recording(ctx, be, src, s));
+  int moved = 0;
+  SS_TRY(estimate_motion(ctx, s, &moved));
+  if (moved) SS_TRY(register_recording(ctx, be, src, s));
   s->sum->n_spikes = s->sum->n_detected = s->spikes.n;
   return SS_OK;
 }

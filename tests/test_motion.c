@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "core/order.h"
 #include "core/rng.h"
 #include "params/params.h"
 #include "stages/motion/motion.h"
@@ -60,11 +61,6 @@ static void table_free(table *tb) {
   free(tb->depth);
 }
 
-static int cmp_d(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* RMS error of the estimate against the truth, both taken relative to their medians. */
 static double rms_error(const ss_motion *m, double amp_um) {
   double *e = malloc(sizeof(double) * m->n_bins), *truth = malloc(sizeof(double) * m->n_bins);
@@ -72,8 +68,7 @@ static double rms_error(const ss_motion *m, double amp_um) {
   for (int64_t b = 0; b < m->n_bins; b++) e[b] = m->shift_um[b] - truth[b];
   double *s = malloc(sizeof(double) * m->n_bins);
   memcpy(s, e, sizeof(double) * m->n_bins);
-  qsort(s, (size_t)m->n_bins, sizeof(double), cmp_d);
-  double med = s[m->n_bins / 2], sum = 0;
+  double med = ss_order_median(s, m->n_bins), sum = 0;
   for (int64_t b = 0; b < m->n_bins; b++) sum += (e[b] - med) * (e[b] - med);
   free(e);
   free(truth);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/order.h"
 
 #define MIN_SPIKES_PER_BIN 20 /* a bin with fewer spikes takes its shift from its neighbours in time */
 #define DEPTH_SMOOTH_BINS 2.0 /* σ of the histograms' Gaussian smoothing along depth, in depth bins */
@@ -20,6 +21,20 @@ void ss_motion_reg_free(ss_motion_reg *r) {
   free(r->src);
   free(r->w);
   memset(r, 0, sizeof(*r));
+}
+
+static double range_of(const ss_motion *m) {
+  double lo = INFINITY, hi = -INFINITY;
+  for (int64_t b = 0; b < m->n_bins; b++) {
+    lo = fmin(lo, m->shift_um[b]);
+    hi = fmax(hi, m->shift_um[b]);
+  }
+  return m->n_bins > 0 ? hi - lo : 0.0;
+}
+
+void ss_motion_add(ss_motion *m, const ss_motion *more) {
+  for (int64_t b = 0; b < m->n_bins; b++) m->shift_um[b] += more->shift_um[b];
+  m->range_um = range_of(m);
 }
 
 void ss_motion_spike_depth(int64_t n, int C, int P, const float *features, const float *masks,
@@ -39,17 +54,10 @@ void ss_motion_spike_depth(int64_t n, int C, int P, const float *features, const
   }
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* The q-quantile of v[0..n) (sorted copy in tmp). */
+/* The q-quantile of v[0..n) (selected in the copy tmp). */
 static double quantile(const double *v, int64_t n, double q, double *tmp) {
   memcpy(tmp, v, (size_t)n * sizeof(double));
-  qsort(tmp, (size_t)n, sizeof(double), cmp_double);
-  int64_t k = (int64_t)floor(q * (double)(n - 1));
-  return tmp[k];
+  return ss_order_kth(tmp, n, (int64_t)floor(q * (double)(n - 1)));
 }
 
 typedef struct {
@@ -269,14 +277,9 @@ ss_status ss_motion_estimate(ss_ctx *ctx, const ss_params *p, int64_t n, const i
   if (st == SS_OK) {
     fill_sparse(&g, out->shift_um);
     smooth_time(out->shift_um, g.T, dtmp);
-    double lo = out->shift_um[0], hi = lo;
-    for (int64_t t = 1; t < g.T; t++) {
-      lo = fmin(lo, out->shift_um[t]);
-      hi = fmax(hi, out->shift_um[t]);
-    }
     out->n_bins = g.T;
     out->bin_samples = bin_samples;
-    out->range_um = hi - lo;
+    out->range_um = range_of(out);
   }
   free(ftmp);
   free(dtmp);

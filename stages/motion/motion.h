@@ -50,6 +50,8 @@ typedef struct {
 } ss_motion_reg;
 
 void ss_motion_free(ss_motion *m);
+/* m += more, bin by bin (the same bins), and m's range again. */
+void ss_motion_add(ss_motion *m, const ss_motion *more);
 void ss_motion_reg_free(ss_motion_reg *r);
 
 /* Depth (µm) of each spike: the y of its channels weighted by their feature energy Σ_p f²_{c,p} times
